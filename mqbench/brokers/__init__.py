@@ -1,0 +1,1 @@
+"""Broker specs, runtimes that start them (native, external, docker) and resource samplers."""

@@ -1,0 +1,81 @@
+"""Contracts between the engine and the broker runtimes.
+
+A *target* is a broker plus the transport used to talk to it (``targets.py``). A *runtime*
+starts a broker for a target and hands back a ``RunningBroker``: where it listens, which
+processes to sample, what to write into the manifest, and how to stop it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mqbench.transports.base import Endpoint
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a runtime can run a target on this machine, and why not."""
+
+    available: bool
+    reason: str = ""
+
+
+class RunningBroker(Protocol):
+    """A broker that a runtime started (or found) and will stop."""
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where clients connect."""
+        ...
+
+    @property
+    def pids(self) -> list[int]:
+        """Processes whose CPU and RSS are sampled (children are included by the sampler)."""
+        ...
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Facts for the manifest: version, binary, config, runtime, settings that matter."""
+        ...
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the broker's log, for error messages."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what this runtime started, by PID; idempotent; never raises."""
+        ...
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What the engine asks of a runtime for one cell."""
+
+    target: str
+    workdir: Path
+    """A fresh directory for config, data and logs of this broker instance."""
+    host: str = "127.0.0.1"
+    port: int | None = None
+    """None: pick a free port."""
+    options: dict[str, Any] = field(default_factory=dict)
+    startup_timeout_s: float = 60.0
+
+
+class Runtime(Protocol):
+    """Starts brokers one way (native processes, docker compose, or an external broker)."""
+
+    name: str
+
+    def availability(self, target: str) -> Availability:
+        """Can this runtime run ``target`` here? The reason says how to fix it when not."""
+        ...
+
+    def start(self, request: StartRequest) -> RunningBroker:
+        """Start the broker and return once it accepts connections.
+
+        Raises ``mqbench.errors.BrokerError`` with a one-line reason (and, where useful, the
+        log tail) and leaves nothing running when it fails.
+        """
+        ...

@@ -1,0 +1,85 @@
+"""Result folders: created exclusively, never overwritten; manifest written atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from mqbench.errors import ResultsError
+from mqbench.records.format import SCHEMA_VERSION
+
+MANIFEST = "manifest.json"
+
+
+def utc_stamp(now: dt.datetime | None = None) -> str:
+    """Compact UTC timestamp for folder names, e.g. ``20261122T050102Z``."""
+    now = now or dt.datetime.now(dt.UTC)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def create_result_dir(root: Path, scenario_name: str) -> Path:
+    """Create ``root/<scenario>/<UTC timestamp>-<short id>`` with an exclusive mkdir."""
+    parent = root / scenario_name
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot create output folder {parent}: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise ResultsError(f"output folder {parent} is not writable")
+    for _ in range(10):
+        path = parent / f"{utc_stamp()}-{secrets.token_hex(3)}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ResultsError(f"cannot create result folder {path}: {exc.strerror}") from None
+        return path
+    raise ResultsError(f"could not find an unused result folder name under {parent}")
+
+
+def check_output_root(root: Path) -> None:
+    """Fail early (before any broker starts) when ``root`` cannot hold results."""
+    probe = root
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ResultsError(f"output folder {root}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ResultsError(f"output folder {root} is not writable")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file and rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(result_dir: Path) -> dict[str, Any]:
+    """Read and check a run's manifest."""
+    path = result_dir / MANIFEST
+    if not result_dir.is_dir():
+        raise ResultsError(f"{result_dir}: no such result folder")
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"{result_dir}: no {MANIFEST} (not an mqbench result folder)") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path}: schema version {version!r}, this mqbench reads version {SCHEMA_VERSION}"
+        )
+    return data

@@ -1,0 +1,1 @@
+"""Protocol clients behind one small interface (``base.Client``) and a registry by name."""
