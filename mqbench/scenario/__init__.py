@@ -1,0 +1,1 @@
+"""Scenario files: pydantic models, YAML loading, ``--set`` overrides, matrix expansion."""

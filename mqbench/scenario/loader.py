@@ -1,0 +1,99 @@
+"""Load a scenario file, apply ``--set`` overrides, validate, and explain errors in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from mqbench.errors import ScenarioError, UsageError
+from mqbench.scenario.model import Scenario
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``workload.rate=[10,20]`` into a key path and a YAML-parsed value."""
+    key, sep, raw = text.partition("=")
+    path = [part for part in key.strip().split(".") if part]
+    if not sep or not path:
+        raise UsageError(f"--set {text!r}: expected KEY.PATH=VALUE, e.g. workload.pairs=20")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--set {text!r}: value is not valid YAML ({exc.problem})") from None
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``data`` with every ``KEY.PATH=VALUE`` override applied."""
+    result: dict[str, Any] = _deep_copy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = result
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(path[: i + 1])
+                raise UsageError(f"--set {text!r}: {where} is not a section")
+            node = child
+        node[path[-1]] = value
+    return result
+
+
+def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
+
+
+def read_scenario_data(path: Path) -> dict[str, Any]:
+    """Read the YAML mapping of a scenario file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{path}: malformed YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def validate_scenario(data: dict[str, Any], source: str) -> Scenario:
+    """Validate ``data``; the first problem becomes a one-line ScenarioError."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the key, the value and the problem (plus how many more problems)."""
+    errors = exc.errors()
+    first = errors[0]
+    key = ".".join(str(p) for p in first["loc"] if not isinstance(p, int)) or "(top level)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        text = f"unknown key {key!r}"
+    elif kind == "missing":
+        text = f"missing required key {key!r}"
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+        text = f"{key}: {message} (got {first.get('input')!r})"
+    if len(errors) > 1:
+        text += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return text
+
+
+def load_scenario(path: Path, overrides: list[str] | None = None) -> tuple[Scenario, dict[str, Any]]:
+    """Load, override and validate; return the model and the raw (overridden) mapping."""
+    data = apply_overrides(read_scenario_data(path), overrides or [])
+    return validate_scenario(data, str(path)), data

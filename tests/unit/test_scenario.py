@@ -1,0 +1,144 @@
+from pathlib import Path
+
+import pytest
+
+from mqbench.errors import ScenarioError, UsageError
+from mqbench.scenario.loader import apply_overrides, load_scenario
+from mqbench.scenario.matrix import expand
+from mqbench.scenario.units import format_size, parse_duration, parse_size
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_sizes_accept_binary_and_decimal_units() -> None:
+    assert parse_size("64B") == 64
+    assert parse_size("1KiB") == 1024
+    assert parse_size("16 KiB") == 16384
+    assert parse_size("1MiB") == 1048576
+    assert parse_size("1KB") == 1000
+    assert parse_size(100) == 100
+    assert format_size(16384) == "16KiB"
+    assert format_size(1500) == "1500B"
+
+
+def test_durations_accept_units_and_plain_seconds() -> None:
+    assert parse_duration("30s") == 30.0
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2m") == 120.0
+    assert parse_duration(7) == 7.0
+
+
+def test_list_fields_expand_into_every_combination(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "name: m\ntargets: [nats, mosquitto]\nworkload:\n  payload: [64B, 1KiB]\n"
+        "  pairs: [1, 5]\n  rate: 10\n  qos: [0, 1]\n",
+    )
+    scenario, _ = load_scenario(path)
+    cells = expand(scenario)
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert len({c.id for c in cells}) == len(cells)
+    assert cells[0].id == "nats-64B-1pairs-10hz-qos0"
+    assert [c.index for c in cells] == list(range(16))
+
+
+def test_repeats_are_interleaved_and_get_distinct_ids(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\ntargets: [nats, mosquitto]\nrepeat: 2\n")
+    cells = expand(load_scenario(path)[0])
+    assert [(c.target, c.repeat) for c in cells] == [
+        ("nats", 0),
+        ("mosquitto", 0),
+        ("nats", 1),
+        ("mosquitto", 1),
+    ]
+    assert cells[2].id.endswith("-r1")
+
+
+def test_offered_load_is_rate_times_publishers(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\ntargets: nats\nworkload: {pairs: 20, rate: 50, payload: 1KiB}\n")
+    (cell,) = expand(load_scenario(path)[0])
+    assert cell.offered_rate == 1000
+    assert cell.offered_bytes_per_s == 1024 * 1000
+    assert cell.connections == 40
+
+
+def test_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\ntargets: [nats]\nworkload:\n  rat: 3\n")
+    with pytest.raises(ScenarioError, match=r"s\.yaml: unknown key 'workload\.rat'"):
+        load_scenario(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("workload: {rate: -5}", r"workload\.rate: .*greater than 0.*-5"),
+        ("workload: {rate: 0}", r"workload\.rate"),
+        ("workload: {payload: 12B}", r"payload 12 B is below the 24-byte header"),
+        ("workload: {payload: 1 parsec}", r"expected a size"),
+        ("workload: {duration: soon}", r"expected a duration"),
+        ("workload: {qos: 3}", r"workload\.qos"),
+        ("broker: {host: 10.0.0.1}", r"not a loopback address"),
+        ("runtime: kubernetes", r"runtime"),
+    ],
+)
+def test_bad_values_are_rejected_naming_key_and_value(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    path = write(tmp_path, f"name: m\ntargets: [nats]\n{body}\n")
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(path)
+
+
+def test_malformed_yaml_reports_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\ntargets: [nats\n")
+    with pytest.raises(ScenarioError, match=r"malformed YAML at line \d+, column \d+"):
+        load_scenario(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_missing_targets_is_reported(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\n")
+    with pytest.raises(ScenarioError, match="missing required key 'targets'"):
+        load_scenario(path)
+
+
+def test_external_runtime_needs_a_port(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: m\ntargets: [nats]\nruntime: external\n")
+    with pytest.raises(ScenarioError, match="broker.port"):
+        load_scenario(path)
+
+
+def test_overrides_parse_yaml_values_and_create_sections() -> None:
+    data = apply_overrides(
+        {"name": "m", "workload": {"rate": 1}},
+        ["workload.rate=[10, 20]", "generator.workers=2", "description=hello world"],
+    )
+    assert data["workload"]["rate"] == [10, 20]
+    assert data["generator"]["workers"] == 2
+    assert data["description"] == "hello world"
+
+
+def test_override_without_equals_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="expected KEY.PATH=VALUE"):
+        apply_overrides({}, ["workload.rate"])
+
+
+def test_override_into_a_scalar_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="name is not a section"):
+        apply_overrides({"name": "m"}, ["name.x=1"])
+
+
+def test_quickstart_scenario_is_valid() -> None:
+    root = Path(__file__).resolve().parents[2]
+    scenario, _ = load_scenario(root / "scenarios" / "quickstart.yaml")
+    (cell,) = expand(scenario)
+    assert cell.target == "nats"
+    assert cell.warmup_s + cell.duration_s <= 60
