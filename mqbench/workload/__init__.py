@@ -1,0 +1,1 @@
+"""The open-loop load engine: schedules, publishers, subscribers, worker processes."""

@@ -1,0 +1,260 @@
+"""The parent side of a cell: spawn workers, start them together, watch, drain, stop."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from mqbench.errors import TransportError
+from mqbench.workload.events import EventLog
+from mqbench.workload.plan import WorkerPlan
+from mqbench.workload.worker import worker_main
+
+START_DELAY_S = 0.5
+"""Publishing starts this long after the start signal, so every worker gets it in time."""
+READY_GRACE_S = 30.0
+DONE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Progress:
+    """A live snapshot of a running cell, summed over workers."""
+
+    phase: str
+    elapsed_s: float
+    total_s: float
+    offered_rate: float
+    send_rate: float
+    receive_rate: float
+    sent: int
+    received: int
+    connected: int
+    connections: int
+    send_failed: int = 0
+
+
+@dataclass
+class LoadOutcome:
+    """What the coordinator learned; goes into the manifest."""
+
+    connected_ns: int
+    start_ns: int
+    published_ns: int | None
+    stopped_ns: int
+    interrupted: bool
+    workers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        """Messages handed to clients by all workers."""
+        return sum(int(w.get("sent", 0)) for w in self.workers)
+
+    @property
+    def received(self) -> int:
+        """Delivery records written by all workers."""
+        return sum(int(w.get("received", 0)) for w in self.workers)
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class _WorkerHandle:
+    def __init__(self, plan: WorkerPlan, ctx: Any) -> None:
+        self.plan = plan
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=worker_main, args=(plan, child), name=f"mqbench-worker-{plan.worker}"
+        )
+        self.process.start()
+        child.close()
+        self.ready: dict[str, Any] | None = None
+        self.stats: dict[str, Any] = {}
+        self.published = False
+        self.done = False
+
+    def send(self, kind: str, data: Any = None) -> None:
+        try:
+            self.conn.send((kind, data))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+class Coordinator:
+    """Runs the workers of one cell to completion (or interruption)."""
+
+    def __init__(
+        self,
+        plans: list[WorkerPlan],
+        *,
+        events: EventLog,
+        offered_rate: float,
+        connections: int,
+        warmup_s: float,
+        duration_s: float,
+        drain_s: float,
+        connect_timeout_s: float,
+        expected_per_sent: float = 1.0,
+        on_progress: ProgressFn | None = None,
+        on_workers: Callable[[list[int]], None] | None = None,
+    ) -> None:
+        self.plans = plans
+        self.events = events
+        self.offered_rate = offered_rate
+        self.connections = connections
+        self.run_s = warmup_s + duration_s
+        self.drain_s = drain_s
+        self.connect_timeout_s = connect_timeout_s
+        self.expected_per_sent = expected_per_sent
+        self.on_progress = on_progress
+        self.on_workers = on_workers
+        self._handles: list[_WorkerHandle] = []
+        self._last_totals = (0, 0, time.monotonic())
+
+    def run(self) -> LoadOutcome:
+        """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
+        ctx = mp.get_context("spawn")
+        self._handles = [_WorkerHandle(plan, ctx) for plan in self.plans]
+        if self.on_workers is not None:
+            self.on_workers([h.process.pid for h in self._handles if h.process.pid])
+        connected_ns = start_ns = 0
+        published_ns: int | None = None
+        interrupted = False
+        try:
+            connected_ns = self._wait_ready()
+            start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
+            for handle in self._handles:
+                handle.send("start", start_ns)
+            self.events.write("publishing_started", start_ns=start_ns)
+            published_ns = self._watch(start_ns)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.events.write("interrupted")
+        finally:
+            for handle in self._handles:
+                handle.send("stop")
+            stopped_ns = time.time_ns()
+            self._wait_done()
+        self.events.write("workers_stopped")
+        return LoadOutcome(
+            connected_ns=connected_ns,
+            start_ns=start_ns,
+            published_ns=published_ns,
+            stopped_ns=stopped_ns,
+            interrupted=interrupted,
+            workers=[h.stats for h in self._handles],
+        )
+
+    # -- phases ----------------------------------------------------------------------
+
+    def _wait_ready(self) -> int:
+        limit = self.connect_timeout_s * 2 + READY_GRACE_S
+        deadline = time.monotonic() + limit
+        while any(h.ready is None for h in self._handles):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TransportError(f"clients did not all connect within {limit:.0f} s")
+            self._poll(min(0.25, remaining), phase="connecting", start_ns=None)
+        connected_ns = max(int(h.ready["connected_ns"]) for h in self._handles if h.ready)
+        self.events.write("clients_connected", connected_ns=connected_ns, count=self.connections)
+        return connected_ns
+
+    def _watch(self, start_ns: int) -> int | None:
+        end_ns = start_ns + int(self.run_s * 1e9)
+        # Publishing: until every worker has handed out its schedule.
+        while not all(h.published for h in self._handles):
+            self._poll(0.25, phase="publishing", start_ns=start_ns)
+            if time.time_ns() > end_ns + int(60e9):
+                self.events.write("warning", message="publishers ran 60 s past their schedule")
+                break
+        published_ns = time.time_ns()
+        self.events.write("publishing_stopped", t_ns=published_ns)
+        # Drain: until everything sent has arrived or the drain time is up.
+        drain_deadline = time.monotonic() + self.drain_s
+        while time.monotonic() < drain_deadline:
+            sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
+            received = sum(int(h.stats.get("received", 0)) for h in self._handles)
+            if received >= sent * self.expected_per_sent:
+                break
+            self._poll(0.1, phase="draining", start_ns=start_ns)
+        self.events.write("drain_finished")
+        return published_ns
+
+    def _wait_done(self) -> None:
+        deadline = time.monotonic() + DONE_TIMEOUT_S
+        while any(not h.done for h in self._handles) and time.monotonic() < deadline:
+            try:
+                self._poll(0.25, phase="stopping", start_ns=None, raise_errors=False)
+            except KeyboardInterrupt:
+                break  # a second Ctrl-C: stop waiting, terminate below
+        for handle in self._handles:
+            handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if handle.process.is_alive():
+                self.events.write("warning", message=f"worker {handle.plan.worker} killed")
+                handle.process.kill()
+                handle.process.join(5)
+            handle.conn.close()
+
+    # -- messages --------------------------------------------------------------------
+
+    def _poll(
+        self, timeout: float, *, phase: str, start_ns: int | None, raise_errors: bool = True
+    ) -> None:
+        conns: list[Connection] = [h.conn for h in self._handles if not h.done]
+        by_conn = {id(h.conn): h for h in self._handles}
+        for conn in wait(conns, timeout=timeout):
+            handle = by_conn[id(conn)]
+            try:
+                kind, data = handle.conn.recv()
+            except (EOFError, OSError):
+                handle.done = True
+                if raise_errors and not handle.published:
+                    code = handle.process.exitcode
+                    raise TransportError(
+                        f"worker {handle.plan.worker} exited unexpectedly (exit code {code})"
+                    ) from None
+                continue
+            if kind == "ready":
+                handle.ready = data
+                handle.stats = data["stats"]
+            elif kind in ("stats", "published", "done"):
+                handle.stats = data
+                handle.published |= kind == "published"
+                handle.done |= kind == "done"
+            elif kind == "error":
+                handle.done = True
+                self.events.write("error", worker=handle.plan.worker, message=data)
+                if raise_errors:
+                    raise TransportError(str(data))
+        self._report(phase, start_ns)
+
+    def _report(self, phase: str, start_ns: int | None) -> None:
+        if self.on_progress is None:
+            return
+        sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
+        received = sum(int(h.stats.get("received", 0)) for h in self._handles)
+        failed = sum(int(h.stats.get("send_failed", 0)) for h in self._handles)
+        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
+        last_sent, last_received, last_t = self._last_totals
+        now = time.monotonic()
+        dt = max(now - last_t, 1e-6)
+        self._last_totals = (sent, received, now)
+        elapsed = (time.time_ns() - start_ns) / 1e9 if start_ns else 0.0
+        self.on_progress(
+            Progress(
+                phase=phase,
+                elapsed_s=max(0.0, elapsed),
+                total_s=self.run_s,
+                offered_rate=self.offered_rate,
+                send_rate=(sent - last_sent) / dt,
+                receive_rate=(received - last_received) / dt,
+                sent=sent,
+                received=received,
+                connected=connected,
+                connections=self.connections,
+                send_failed=failed,
+            )
+        )

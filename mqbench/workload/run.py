@@ -1,0 +1,262 @@
+"""Run a whole scenario: result folder, manifest, and per cell broker -> load -> records."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.sampler import ResourceSampler
+from mqbench.brokers.targets import get_target
+from mqbench.errors import BrokerError, MqbenchError, ScenarioError
+from mqbench.records.manifest import Manifest
+from mqbench.records.results import check_output_root, create_result_dir
+from mqbench.scenario.matrix import Cell, expand
+from mqbench.scenario.model import Scenario
+from mqbench.transports.registry import get_transport
+from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
+from mqbench.workload.events import EventLog
+from mqbench.workload.plan import build_plans, routes, worker_count
+from mqbench.workload.selfcheck import generator_verdict
+
+
+class RunReporter(Protocol):
+    """What the CLI shows while a run goes on (implemented with Rich in ``cli``)."""
+
+    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+        """The result folder exists and cells are about to run."""
+
+    def cell_started(self, cell: Cell) -> None:
+        """A cell begins (broker start)."""
+
+    def phase(self, cell: Cell, text: str) -> None:
+        """A short status line: starting broker, connecting, ..."""
+
+    def progress(self, cell: Cell, progress: Progress) -> None:
+        """Live counters, a few times a second."""
+
+    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+        """A cell ended: completed, failed or interrupted."""
+
+
+@dataclass
+class RunResult:
+    """Where the results are and how the run ended."""
+
+    result_dir: Path
+    status: str
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed_cells(self) -> list[dict[str, Any]]:
+        """Cells that did not complete."""
+        return [c for c in self.cells if c["status"] == "failed"]
+
+
+class RunInterrupted(MqbenchError):
+    """The user pressed Ctrl-C; records so far are flushed and the manifest says so."""
+
+    exit_code = 130
+
+
+def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
+    """Reject what cannot run before anything is created or started."""
+    check_output_root(out_root)
+    runtime = get_runtime(scenario.runtime)
+    for target_name in scenario.targets:
+        target = get_target(target_name)
+        transport = get_transport(target.transport)
+        for qos in scenario.workload.qos:
+            if qos > transport.max_qos:
+                raise ScenarioError(
+                    f"target {target_name!r}: QoS {qos} is not supported by the "
+                    f"{target.transport} transport (max QoS {transport.max_qos})"
+                )
+        availability = runtime.availability(target_name)
+        if not availability.available:
+            raise BrokerError(f"target {target_name!r}: {availability.reason}")
+    cpus = os.cpu_count() or 1
+    for cell in cells:
+        worker_count(scenario.generator.workers, cell.connections, cpus)
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    scenario_file: str,
+    scenario_data: dict[str, Any],
+    out_root: Path,
+    argv: list[str],
+    reporter: RunReporter,
+    only: Callable[[Cell], bool] | None = None,
+) -> RunResult:
+    """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving)."""
+    cells = [c for c in expand(scenario) if only is None or only(c)]
+    if not cells:
+        raise ScenarioError(f"{scenario_file}: no cell matches the selection")
+    preflight(scenario, cells, out_root)
+    result_dir = create_result_dir(out_root, scenario.name)
+    manifest = Manifest(
+        result_dir, scenario.model_dump(mode="json"), scenario_file, argv
+    )
+    manifest.data["scenario_input"] = scenario_data
+    manifest.save()
+    reporter.run_started(result_dir, cells)
+    run_tag = secrets.token_hex(3)
+    try:
+        for cell in cells:
+            _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
+    except KeyboardInterrupt:
+        manifest.finish("interrupted", "interrupted by the user (Ctrl-C)")
+        raise RunInterrupted(
+            f"interrupted; records so far are flushed in {result_dir}"
+        ) from None
+    except RunInterrupted:
+        manifest.finish("interrupted", "interrupted by the user (Ctrl-C)")
+        raise
+    except BaseException as exc:
+        manifest.finish("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    statuses = [c["status"] for c in manifest.data["cells"]]
+    status = "completed" if any(s == "completed" for s in statuses) else "failed"
+    errors = [c["error"] for c in manifest.data["cells"] if c.get("error")]
+    manifest.finish(status, errors[0] if status == "failed" and errors else None)
+    return RunResult(result_dir, status, list(manifest.data["cells"]))
+
+
+def _run_cell(
+    scenario: Scenario,
+    cell: Cell,
+    result_dir: Path,
+    manifest: Manifest,
+    reporter: RunReporter,
+    run_tag: str,
+) -> None:
+    target = get_target(cell.target)
+    cell_dir = result_dir / "cells" / cell.id
+    cell_dir.mkdir(parents=True)
+    workers = worker_count(scenario.generator.workers, cell.connections, os.cpu_count() or 1)
+    params = {
+        **cell.params(),
+        "transport": target.transport,
+        "runtime": scenario.runtime,
+        "workers": workers,
+    }
+    manifest.add_cell(
+        {
+            "id": cell.id,
+            "index": cell.index,
+            "repeat": cell.repeat,
+            "status": "running",
+            "error": None,
+            "params": params,
+            "offered_rate": cell.offered_rate,
+            "publishers": cell.publishers,
+            "subscribers": cell.subscribers,
+            "routes": routes(cell),
+        }
+    )
+    reporter.cell_started(cell)
+    events = EventLog(cell_dir / "events.jsonl")
+    sampler = ResourceSampler(cell_dir / "resources.csv")
+    broker: RunningBroker | None = None
+    try:
+        reporter.phase(cell, f"starting {cell.target} ({scenario.runtime})")
+        broker = get_runtime(scenario.runtime).start(
+            StartRequest(
+                target=cell.target,
+                workdir=cell_dir / "broker",
+                host=scenario.broker.host,
+                port=scenario.broker.port,
+                options={"pid": scenario.broker.pid} if scenario.broker.pid else {},
+                startup_timeout_s=scenario.broker.startup_timeout,
+            )
+        )
+        events.write("broker_started", **broker.info)
+        manifest.update_cell(cell.id, broker=broker.info)
+        if broker.pids:
+            sampler.add_role("broker", broker.pids)
+        sampler.start()
+        reporter.phase(cell, f"connecting {cell.connections} clients")
+        plans = build_plans(
+            cell,
+            cell_dir=str(cell_dir),
+            transport=target.transport,
+            host=broker.endpoint.host,
+            port=broker.endpoint.port,
+            run_tag=run_tag,
+            workers=workers,
+            connect_timeout_s=scenario.generator.connect_timeout,
+            spin_ns=int(scenario.generator.spin_ms * 1e6),
+            late_threshold_ns=int(scenario.generator.max_send_lag_ms * 1e6),
+        )
+        coordinator = Coordinator(
+            plans,
+            events=events,
+            offered_rate=cell.offered_rate,
+            connections=cell.connections,
+            warmup_s=cell.warmup_s,
+            duration_s=cell.duration_s,
+            drain_s=cell.drain_s,
+            connect_timeout_s=scenario.generator.connect_timeout,
+            on_progress=lambda p: reporter.progress(cell, p),
+            on_workers=lambda pids: sampler.add_role("generator", pids),
+        )
+        outcome = coordinator.run()
+        _record_outcome(scenario, cell, manifest, outcome)
+        status = "interrupted" if outcome.interrupted else "completed"
+        manifest.update_cell(cell.id, status=status)
+        reporter.cell_finished(cell, status, manifest.cell(cell.id))
+        if outcome.interrupted:
+            raise RunInterrupted(f"interrupted during cell {cell.id}")
+    except MqbenchError as exc:
+        if isinstance(exc, RunInterrupted):
+            raise
+        events.write("error", message=str(exc))
+        manifest.update_cell(cell.id, status="failed", error=str(exc))
+        reporter.cell_finished(cell, "failed", manifest.cell(cell.id))
+    except KeyboardInterrupt:
+        manifest.update_cell(cell.id, status="interrupted", error="interrupted by the user")
+        raise
+    finally:
+        sampler.stop()
+        if broker is not None:
+            broker.stop()
+            events.write("broker_stopped")
+        events.close()
+
+
+def _record_outcome(scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome) -> None:
+    warmup_ns = int(cell.warmup_s * 1e9)
+    end_ns = outcome.start_ns + warmup_ns + int(cell.duration_s * 1e9)
+    if outcome.interrupted:
+        end_ns = min(end_ns, outcome.stopped_ns)
+    window = {
+        "start_ns": max(outcome.connected_ns, outcome.start_ns + warmup_ns),
+        "end_ns": end_ns,
+        "connected_ns": outcome.connected_ns,
+    }
+    verdict = generator_verdict(
+        outcome.workers,
+        late_threshold_ms=scenario.generator.max_send_lag_ms,
+    )
+    manifest.update_cell(
+        cell.id,
+        schedule={
+            "kind": "interleaved",
+            "start_ns": outcome.start_ns,
+            "rate": cell.rate,
+            "publishers": cell.publishers,
+            "messages_per_publisher": cell.messages_per_publisher,
+        },
+        window=window,
+        generator=verdict,
+        totals={"sent": outcome.sent, "received": outcome.received},
+        finished_ns=time.time_ns(),
+    )

@@ -1,0 +1,73 @@
+from mqbench.scenario.matrix import Cell
+from mqbench.workload.plan import build_plans, split_range, worker_count
+from mqbench.workload.selfcheck import generator_verdict
+
+
+def cell(pairs: int) -> Cell:
+    return Cell(0, 0, "nats", "pairs", pairs, 10.0, 64, 0, 10.0, 1.0, 1.0)
+
+
+def test_ranges_cover_everything_once_with_sizes_within_one() -> None:
+    ranges = split_range(10, 3)
+    assert ranges == [(0, 4), (4, 7), (7, 10)]
+    assert split_range(2, 5) == [(0, 1), (1, 2)]
+
+
+def test_auto_workers_scale_with_connections_and_respect_the_fd_cap() -> None:
+    assert worker_count("auto", 40, cpus=2) == 1
+    assert worker_count("auto", 6000, cpus=2) == 2
+    # 18000 connections fit one process below the 20000-file cap; 40000 never do
+    assert worker_count(1, 18000, cpus=2) == 1
+    assert worker_count(1, 40000, cpus=2) == 3
+    assert worker_count("auto", 40000, cpus=2) == 3
+
+
+def test_pairs_plans_keep_each_publisher_with_its_subscriber() -> None:
+    plans = build_plans(
+        cell(5),
+        cell_dir="/tmp/x",
+        transport="nats",
+        host="127.0.0.1",
+        port=4222,
+        run_tag="abc",
+        workers=2,
+        connect_timeout_s=5,
+        spin_ns=0,
+        late_threshold_ns=1,
+    )
+    assert [(p.pubs, p.subs) for p in plans] == [((0, 3), (0, 3)), ((3, 5), (3, 5))]
+    assert all(p.publishers_total == 5 for p in plans)
+    assert plans[1].topic_of_publisher(4) == plans[1].topic_of_subscriber(4)
+    assert plans[0].topic_of_publisher(0) != plans[0].topic_of_publisher(1)
+
+
+def test_generator_is_flagged_when_sends_are_late() -> None:
+    verdict = generator_verdict(
+        [{"worker": 0, "due": 1000, "late": 50, "max_send_lag_ns": 40_000_000}],
+        late_threshold_ms=5,
+    )
+    assert verdict["saturated"]
+    assert "5.0% of sends were over 5 ms late (max 40.0 ms)" in verdict["reasons"]
+
+
+def test_generator_is_flagged_when_a_worker_uses_a_whole_core() -> None:
+    verdict = generator_verdict(
+        [{"worker": 1, "due": 10, "late": 0, "publish_cpu_fraction": 0.97}], late_threshold_ms=5
+    )
+    assert verdict["reasons"] == ["worker 1 used 97% of a core"]
+
+
+def test_generator_is_flagged_on_event_loop_stalls() -> None:
+    verdict = generator_verdict(
+        [{"worker": 0, "due": 10, "late": 0, "max_loop_lag_ns": 120_000_000}], late_threshold_ms=5
+    )
+    assert verdict["reasons"] == ["worker 0 event loop stalled 120 ms"]
+
+
+def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() -> None:
+    verdict = generator_verdict(
+        [{"worker": 0, "due": 1000, "late": 5, "send_failed": 3, "publish_cpu_fraction": 0.3}],
+        late_threshold_ms=5,
+    )
+    assert not verdict["saturated"]
+    assert verdict["warnings"] == ["3 sends were due while their client was disconnected"]
