@@ -23,7 +23,7 @@ def utc_stamp(now: dt.datetime | None = None) -> str:
 
 def create_result_dir(root: Path, scenario_name: str) -> Path:
     """Create ``root/<scenario>/<UTC timestamp>-<short id>`` with an exclusive mkdir."""
-    parent = root / scenario_name
+    parent = root.resolve() / scenario_name
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

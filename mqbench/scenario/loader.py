@@ -21,7 +21,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise UsageError(f"--set {text!r}: value is not valid YAML ({exc.problem})") from None
+        raise UsageError(
+            f"--set {text!r}: value is not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
     return path, value
 
 
@@ -93,7 +95,9 @@ def describe_validation_error(exc: ValidationError) -> str:
     return text
 
 
-def load_scenario(path: Path, overrides: list[str] | None = None) -> tuple[Scenario, dict[str, Any]]:
+def load_scenario(
+    path: Path, overrides: list[str] | None = None
+) -> tuple[Scenario, dict[str, Any]]:
     """Load, override and validate; return the model and the raw (overridden) mapping."""
     data = apply_overrides(read_scenario_data(path), overrides or [])
     return validate_scenario(data, str(path)), data

@@ -89,7 +89,7 @@ class Generator(_Strict):
         default=5.0, gt=0, description="send lag p99 above this marks the cell generator_saturated"
     )
     spin_ms: float = Field(
-        default=1.5,
+        default=1.0,
         ge=0,
         description="the scheduler busy-waits this close to a due send instead of sleeping "
         "(event-loop timers have ~1 ms resolution)",

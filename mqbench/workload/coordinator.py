@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable
@@ -77,10 +78,8 @@ class _WorkerHandle:
         self.done = False
 
     def send(self, kind: str, data: Any = None) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send((kind, data))
-        except (BrokenPipeError, OSError):
-            pass
 
 
 class Coordinator:

@@ -102,9 +102,7 @@ def run_scenario(
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
     preflight(scenario, cells, out_root)
     result_dir = create_result_dir(out_root, scenario.name)
-    manifest = Manifest(
-        result_dir, scenario.model_dump(mode="json"), scenario_file, argv
-    )
+    manifest = Manifest(result_dir, scenario.model_dump(mode="json"), scenario_file, argv)
     manifest.data["scenario_input"] = scenario_data
     manifest.save()
     reporter.run_started(result_dir, cells)
@@ -114,9 +112,7 @@ def run_scenario(
             _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
     except KeyboardInterrupt:
         manifest.finish("interrupted", "interrupted by the user (Ctrl-C)")
-        raise RunInterrupted(
-            f"interrupted; records so far are flushed in {result_dir}"
-        ) from None
+        raise RunInterrupted(f"interrupted; records so far are flushed in {result_dir}") from None
     except RunInterrupted:
         manifest.finish("interrupted", "interrupted by the user (Ctrl-C)")
         raise
@@ -232,7 +228,9 @@ def _run_cell(
         events.close()
 
 
-def _record_outcome(scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome) -> None:
+def _record_outcome(
+    scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome
+) -> None:
     warmup_ns = int(cell.warmup_s * 1e9)
     end_ns = outcome.start_ns + warmup_ns + int(cell.duration_s * 1e9)
     if outcome.interrupted:

@@ -49,6 +49,7 @@ class Worker:
         self._start: asyncio.Future[int] | None = None
         self._stop: asyncio.Event | None = None
         self._loop_task: PublishLoop | None = None
+        self._closing = False
         self._publish_cpu: list[float] = []
         """process_time and monotonic time at the start and end of publishing."""
 
@@ -108,7 +109,7 @@ class Worker:
 
     def _options(self, client_id: str) -> ClientOptions:
         def on_event(kind: str, details: dict[str, Any]) -> None:
-            if kind == "disconnected":
+            if kind == "disconnected" and not self._closing:
                 self.disconnects += 1
 
         return ClientOptions(
@@ -156,7 +157,9 @@ class Worker:
         self.subscribers = list(
             await asyncio.gather(*(open_subscriber(s) for s in range(*plan.subs)))
         )
-        self.publishers = list(await asyncio.gather(*(open_publisher(p) for p in range(*plan.pubs))))
+        self.publishers = list(
+            await asyncio.gather(*(open_publisher(p) for p in range(*plan.pubs)))
+        )
 
     # -- publishing ------------------------------------------------------------------
 
@@ -234,14 +237,18 @@ class Worker:
                 asyncio.create_task(self._report_stats()),
                 asyncio.create_task(self._probe_loop_lag()),
             ]
-            schedule = InterleavedSchedule(
-                start_ns,
-                self.plan.rate,
-                self.plan.publishers_total,
-                self.plan.pubs[0],
-                self.plan.pubs[1],
-                self.plan.messages_per_publisher,
-            ) if self.plan.pubs[0] < self.plan.pubs[1] else None
+            schedule = (
+                InterleavedSchedule(
+                    start_ns,
+                    self.plan.rate,
+                    self.plan.publishers_total,
+                    self.plan.pubs[0],
+                    self.plan.pubs[1],
+                    self.plan.messages_per_publisher,
+                )
+                if self.plan.pubs[0] < self.plan.pubs[1]
+                else None
+            )
             if schedule is not None:
                 self._loop_task = PublishLoop(
                     schedule,
@@ -270,6 +277,7 @@ class Worker:
             await asyncio.sleep(delay)
 
     async def _close_all(self) -> None:
+        self._closing = True
         for client in self.publishers:
             with contextlib.suppress(Exception):
                 await client.flush(1.0)

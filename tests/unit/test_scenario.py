@@ -59,7 +59,9 @@ def test_repeats_are_interleaved_and_get_distinct_ids(tmp_path: Path) -> None:
 
 
 def test_offered_load_is_rate_times_publishers(tmp_path: Path) -> None:
-    path = write(tmp_path, "name: m\ntargets: nats\nworkload: {pairs: 20, rate: 50, payload: 1KiB}\n")
+    path = write(
+        tmp_path, "name: m\ntargets: nats\nworkload: {pairs: 20, rate: 50, payload: 1KiB}\n"
+    )
     (cell,) = expand(load_scenario(path)[0])
     assert cell.offered_rate == 1000
     assert cell.offered_bytes_per_s == 1024 * 1000
@@ -112,7 +114,7 @@ def test_missing_targets_is_reported(tmp_path: Path) -> None:
 
 def test_external_runtime_needs_a_port(tmp_path: Path) -> None:
     path = write(tmp_path, "name: m\ntargets: [nats]\nruntime: external\n")
-    with pytest.raises(ScenarioError, match="broker.port"):
+    with pytest.raises(ScenarioError, match=r"broker\.port"):
         load_scenario(path)
 
 
@@ -127,7 +129,7 @@ def test_overrides_parse_yaml_values_and_create_sections() -> None:
 
 
 def test_override_without_equals_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(UsageError, match=r"expected KEY\.PATH=VALUE"):
         apply_overrides({}, ["workload.rate"])
 
 

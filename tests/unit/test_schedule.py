@@ -27,7 +27,9 @@ class FakeClock:
         self.now += int(seconds * 1e9) if seconds > 0 else 100_000
 
 
-def run_loop(schedule: InterleavedSchedule, clock: FakeClock, **kwargs: int) -> tuple[list, PublishLoop]:
+def run_loop(
+    schedule: InterleavedSchedule, clock: FakeClock, **kwargs: int
+) -> tuple[list, PublishLoop]:
     sent: list[tuple[int, int, int, int]] = []
 
     def send(pub: int, seq: int, intended: int) -> None:
@@ -112,3 +114,22 @@ def test_backlog_is_sent_in_bounded_batches_yielding_between() -> None:
 def test_invalid_publisher_range_is_rejected() -> None:
     with pytest.raises(ValueError, match="outside"):
         InterleavedSchedule(START, 1.0, 2, 1, 3, 1)
+
+
+def test_dense_schedules_do_not_spin_but_sleep_at_least_a_millisecond() -> None:
+    # 10 publishers x 500 msg/s: a send every 200 us, far below 5 x the 1 ms spin
+    schedule = InterleavedSchedule(START, 500.0, 10, 0, 10, messages_per_publisher=20)
+    clock = FakeClock(START)
+    sent, _ = run_loop(schedule, clock, spin_ns=1_000_000)
+    assert len(sent) == 200
+    assert 0 not in clock.sleeps
+    assert min(clock.sleeps) >= 0.001
+
+
+def test_sparse_schedules_spin_close_to_the_due_time() -> None:
+    # one publisher at 10 msg/s: 100 ms between sends, spinning costs little
+    schedule = InterleavedSchedule(START, 10.0, 1, 0, 1, messages_per_publisher=3)
+    clock = FakeClock(START + 1)
+    sent, _ = run_loop(schedule, clock, spin_ns=1_000_000)
+    assert 0 in clock.sleeps
+    assert all(actual - intended < 200_000 for _, _, intended, actual in sent)

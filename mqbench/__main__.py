@@ -1,0 +1,5 @@
+"""``python -m mqbench``."""
+
+from mqbench.cli.app import main
+
+main()

@@ -1,0 +1,271 @@
+"""``mqbench``: run scenarios, analyse results, validate scenarios, list targets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mqbench import __version__
+from mqbench.cli.errors import guarded
+from mqbench.errors import UsageError
+
+console = Console(highlight=False, soft_wrap=True)
+
+app = typer.Typer(
+    name="mqbench",
+    help=(
+        "Honest, reproducible message-broker benchmarks.\n\n"
+        "Examples:\n\n"
+        "  mqbench run scenarios/quickstart.yaml\n\n"
+        "  mqbench run scenarios/quickstart.yaml --set workload.pairs=[10,50] --dry-run\n\n"
+        "  mqbench analyze results/quickstart/20261122T050102Z-1a2b3c\n\n"
+        "  mqbench targets"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+scenario_app = typer.Typer(help="Work with scenario files.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY.PATH=VALUE",
+        help="Override a scenario value (YAML syntax), e.g. --set workload.rate=[10,100].",
+    ),
+]
+
+
+def _parse_conf(items: list[str] | None) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--conf {item!r}: expected KEY=VALUE, e.g. spark.driver.memory=4g")
+        conf[key] = value
+    return conf
+
+
+@app.command()
+def run(
+    scenario_file: Annotated[Path, typer.Argument(metavar="SCENARIO", help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", help="Root folder for results.")] = Path("results"),
+    overrides: SetOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the cells and their offered load; run nothing.")
+    ] = False,
+    no_analyze: Annotated[
+        bool, typer.Option("--no-analyze", help="Skip the Spark analysis at the end.")
+    ] = False,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", metavar="CELL", help="Run only this cell id.")
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master for the analysis.")
+    ] = None,
+) -> None:
+    """Run a scenario: start brokers, drive open-loop load, record, analyse.
+
+    Example: mqbench run scenarios/quickstart.yaml --set workload.duration=10s
+    """
+
+    def go() -> None:
+        from mqbench.scenario.loader import load_scenario
+        from mqbench.scenario.matrix import expand
+
+        scenario, data = load_scenario(scenario_file, overrides or [])
+        cells = expand(scenario)
+        selected = set(only or [])
+        if selected:
+            unknown = selected - {c.id for c in cells}
+            if unknown:
+                raise UsageError(
+                    f"--only {sorted(unknown)[0]!r}: no such cell (see the ids with --dry-run)"
+                )
+        if dry_run:
+            _print_cells(scenario, [c for c in cells if not selected or c.id in selected])
+            return
+        _run(scenario, data, scenario_file, out, selected, no_analyze, master)
+
+    guarded(go)
+
+
+def _print_cells(scenario: Any, cells: list[Any]) -> None:
+    from mqbench.workload.plan import worker_count
+
+    table = Table(title=f"{scenario.name}: {len(cells)} cell(s)")
+    for column in (
+        "cell",
+        "target",
+        "pairs",
+        "msg/s/pub",
+        "payload",
+        "QoS",
+        "offered msg/s",
+        "offered MB/s",
+        "conns",
+        "workers",
+        "time",
+    ):
+        table.add_column(column, justify="left" if column in ("cell", "target") else "right")
+    total_s = 0.0
+    for c in cells:
+        workers = worker_count(scenario.generator.workers, c.connections, os.cpu_count() or 1)
+        seconds = c.warmup_s + c.duration_s + c.drain_s
+        total_s += seconds
+        table.add_row(
+            c.id,
+            c.target,
+            str(c.pairs),
+            f"{c.rate:g}",
+            str(c.payload_bytes),
+            str(c.qos),
+            f"{c.offered_rate:,.0f}",
+            f"{c.offered_bytes_per_s / 1e6:,.2f}",
+            str(c.connections),
+            str(workers),
+            f"{c.warmup_s:g}+{c.duration_s:g}s",
+        )
+    console.print(table)
+    console.print(f"load time at least {total_s:.0f} s (plus broker start-up and analysis)")
+
+
+def _run(
+    scenario: Any,
+    data: dict[str, Any],
+    scenario_file: Path,
+    out: Path,
+    selected: set[str],
+    no_analyze: bool,
+    master: str | None,
+) -> None:
+    from mqbench.cli.progress import RichReporter
+    from mqbench.records.manifest import command_line
+    from mqbench.workload.run import run_scenario
+
+    result = run_scenario(
+        scenario,
+        scenario_file=str(scenario_file),
+        scenario_data=data,
+        out_root=out,
+        argv=command_line(),
+        reporter=RichReporter(console),
+        only=(lambda c: c.id in selected) if selected else None,
+    )
+    if not no_analyze and any(c["status"] == "completed" for c in result.cells):
+        _analyze(result.result_dir, master, {})
+    console.print(f"results: [bold]{result.result_dir}[/]")
+    if result.failed_cells:
+        first = result.failed_cells[0]
+        from mqbench.errors import MqbenchError
+
+        raise MqbenchError(
+            f"{len(result.failed_cells)} of {len(result.cells)} cell(s) failed; "
+            f"{first['id']}: {first['error']}"
+        )
+
+
+def _analyze(result_dir: Path, master: str | None, conf: dict[str, str]) -> None:
+    from mqbench.analysis.api import analyze_run
+    from mqbench.cli.tables import summary_table
+
+    console.print("analysing with Spark ...")
+    summaries = analyze_run(result_dir, master=master, conf=conf)
+    console.print(summary_table(summaries))
+
+
+@app.command()
+def analyze(
+    result_dir: Annotated[Path, typer.Argument(metavar="RESULT_DIR", help="A run's folder.")],
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL (default local[*]).")
+    ] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option("--conf", metavar="KEY=VALUE", help="Spark configuration, repeatable."),
+    ] = None,
+) -> None:
+    """Analyse a result folder with PySpark: summary.json per cell, summary.parquet per run.
+
+    Example: mqbench analyze results/quickstart/20261122T050102Z-1a2b3c --master local[2]
+    """
+    guarded(lambda: _analyze(result_dir, master, _parse_conf(conf)))
+
+
+@scenario_app.command("validate")
+def scenario_validate(
+    scenario_file: Annotated[Path, typer.Argument(metavar="FILE", help="Scenario YAML file.")],
+    overrides: SetOption = None,
+) -> None:
+    """Check a scenario file (keys, values, targets, QoS) without running anything."""
+
+    def go() -> None:
+        from mqbench.brokers.targets import get_target
+        from mqbench.scenario.loader import load_scenario
+        from mqbench.scenario.matrix import expand
+        from mqbench.transports.registry import get_transport
+
+        scenario, _ = load_scenario(scenario_file, overrides or [])
+        for name in scenario.targets:
+            target = get_target(name)
+            transport = get_transport(target.transport)
+            for qos in scenario.workload.qos:
+                if qos > transport.max_qos:
+                    from mqbench.errors import ScenarioError
+
+                    raise ScenarioError(
+                        f"{scenario_file}: target {name!r}: QoS {qos} is not supported by the "
+                        f"{target.transport} transport (max QoS {transport.max_qos})"
+                    )
+        cells = expand(scenario)
+        console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
+
+    guarded(go)
+
+
+@app.command()
+def targets() -> None:
+    """List every known target and which runtimes can run it on this machine."""
+
+    def go() -> None:
+        from mqbench.brokers.runtimes import get_runtime
+        from mqbench.brokers.targets import get_target, target_names
+
+        runtimes = [get_runtime(name) for name in ("native", "docker")]
+        table = Table(title="targets")
+        table.add_column("target")
+        table.add_column("protocol")
+        table.add_column("broker")
+        for runtime in runtimes:
+            table.add_column(runtime.name)
+        for target in (get_target(n) for n in target_names()):
+            cells = []
+            for runtime in runtimes:
+                availability = runtime.availability(target.name)
+                cells.append(
+                    "[green]yes[/]" if availability.available else f"[dim]{availability.reason}[/]"
+                )
+            table.add_row(target.name, target.transport, target.broker, *cells)
+        console.print(table)
+        console.print("external: any target, with broker.port (and broker.pid to sample) set")
+
+    guarded(go)
+
+
+@app.command()
+def version() -> None:
+    """Print the mqbench version."""
+    console.print(f"mqbench {__version__}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,74 @@
+"""Rich tables of analysed cells."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from mqbench.analysis.summary import CellSummary
+
+
+def _ms(value_us: float | None) -> str:
+    if value_us is None:
+        return "-"
+    ms = value_us / 1000.0
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def summary_table(summaries: Sequence[CellSummary]) -> Table:
+    """One row per cell: delivery, throughput, latency (ms), lag, broker resources, validity."""
+    table = Table(
+        title="results (latency in ms from the intended send time; window = measured period)",
+        title_justify="left",
+    )
+    columns = [
+        ("cell", "left"),
+        ("sent", "right"),
+        ("recv", "right"),
+        ("loss %", "right"),
+        ("dup", "right"),
+        ("msg/s", "right"),
+        ("p50", "right"),
+        ("p95", "right"),
+        ("p99", "right"),
+        ("max", "right"),
+        ("p99 from send", "right"),
+        ("lag p99", "right"),
+        ("broker cpu", "right"),
+        ("broker MB", "right"),
+        ("generator", "left"),
+    ]
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in summaries:
+        lat, from_send, lag = s.latency, s.latency_from_send, s.send_lag
+        if s.generator_saturated:
+            generator = f"[bold yellow]SATURATED[/]: {s.generator_reason or ''}"
+        else:
+            generator = "[green]ok[/]"
+        loss = _num(s.loss_pct, "{:.3f}")
+        if s.loss_pct:
+            loss = f"[red]{loss}[/]"
+        table.add_row(
+            s.cell_id,
+            f"{s.sent:,}",
+            f"{s.received:,}",
+            loss,
+            f"{s.duplicates:,}",
+            _num(s.throughput_msg_s),
+            _ms(lat.p50_us if lat else None),
+            _ms(lat.p95_us if lat else None),
+            _ms(lat.p99_us if lat else None),
+            _ms(lat.max_us if lat else None),
+            _ms(from_send.p99_us if from_send else None),
+            _ms(lag.p99_us if lag else None),
+            _num(s.broker_cpu_cores_mean, "{:.2f}"),
+            _num(s.broker_rss_mb_max, "{:.1f}"),
+            generator,
+        )
+    return table
