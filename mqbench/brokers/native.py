@@ -1,0 +1,288 @@
+"""The native runtime: brokers as local processes on 127.0.0.1, one spec per broker.
+
+``NativeRuntime.start`` picks a port (or checks the requested one), lets the target's spec
+write its config into the request's work directory, starts the broker in its own session
+with stdout and stderr in ``<workdir>/<spec>.log``, and waits until a protocol-level probe
+succeeds, the process exits, or ``startup_timeout_s`` passes. Whatever fails, nothing it
+started is left running. ``NativeBroker.stop`` sends SIGTERM to the broker's PID, waits up
+to 10 s, then SIGKILLs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.net import free_port, port_in_use
+from mqbench.brokers.specs import native_specs
+from mqbench.brokers.specs.base import NativeSpec
+from mqbench.brokers.targets import Target, get_target
+from mqbench.errors import BrokerError
+from mqbench.transports.base import Endpoint
+
+STOP_GRACE_S = 10.0
+"""How long ``stop`` waits after SIGTERM before it sends SIGKILL."""
+KILL_WAIT_S = 5.0
+"""How long ``stop`` waits for the process to disappear after SIGKILL."""
+POLL_INTERVAL_S = 0.05
+"""Pause between readiness probes during start-up."""
+AUTO_PORT_ATTEMPTS = 3
+"""Start attempts when mqbench picked the port itself and lost the free-port race."""
+TAIL_LINES_ON_ERROR = 15
+
+
+def read_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file ('' when it does not exist)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    if not text:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class NativeBroker:
+    """A broker process started by ``NativeRuntime`` (implements ``RunningBroker``)."""
+
+    def __init__(
+        self,
+        name: str,
+        process: subprocess.Popen[bytes],
+        endpoint: Endpoint,
+        info: dict[str, Any],
+        log_path: Path,
+    ) -> None:
+        """Wrap a started process; ``name`` is used in messages (e.g. ``mosquitto``)."""
+        self.name = name
+        self._process = process
+        self._endpoint = endpoint
+        self._info = info
+        self._log_path = log_path
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where clients connect."""
+        return self._endpoint
+
+    @property
+    def pids(self) -> list[int]:
+        """The broker's PID (its children are found by the sampler)."""
+        return [self._process.pid]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Manifest facts: name, version, binary, argv, config, port, runtime, settings."""
+        return dict(self._info)
+
+    @property
+    def log_path(self) -> Path:
+        """The file holding the broker's stdout and stderr."""
+        return self._log_path
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has exited, else None."""
+        return self._process.poll()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the broker's log."""
+        return read_tail(self._log_path, lines)
+
+    def stop(self) -> None:
+        """SIGTERM the broker's PID, wait up to 10 s, then SIGKILL; idempotent; never raises."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            try:
+                self._terminate()
+            except Exception:  # stop() must never raise
+                with contextlib.suppress(Exception):
+                    self._process.kill()
+                    self._process.wait(timeout=KILL_WAIT_S)
+            self._info["exit_code"] = self._process.poll()
+
+    def _terminate(self) -> None:
+        proc = self._process
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(timeout=KILL_WAIT_S)
+
+    def __enter__(self) -> NativeBroker:
+        """Use as a context manager that stops the broker on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the broker."""
+        self.stop()
+
+
+class _PortClash(BrokerError):
+    """The broker lost the race for a port mqbench picked itself."""
+
+
+class NativeRuntime:
+    """Runs brokers as local processes (implements ``Runtime``)."""
+
+    name = "native"
+
+    def __init__(self, specs: Mapping[str, NativeSpec] | None = None) -> None:
+        """Use the given specs by name (default: every spec mqbench ships)."""
+        self.specs: dict[str, NativeSpec] = dict(native_specs() if specs is None else specs)
+
+    def spec_for(self, target: str) -> NativeSpec:
+        """The spec that runs ``target``; BrokerError saying why when there is none."""
+        tgt = get_target(target)
+        spec = self.specs.get(tgt.native_spec) if tgt.native_spec else None
+        if spec is None:
+            raise BrokerError(self._no_spec_reason(tgt))
+        return spec
+
+    @staticmethod
+    def _no_spec_reason(target: Target) -> str:
+        if target.native_source is None:
+            return (
+                f"{target.name} runs in Docker only (no native package); "
+                "use the docker runtime (no Docker engine is running on this machine)"
+            )
+        return (
+            f"native runtime for {target.name} is not implemented yet; see issue 3 "
+            f"(it would come from: {target.native_source})"
+        )
+
+    def availability(self, target: str) -> Availability:
+        """Available when a spec exists and its executable is installed; else how to fix.
+
+        An unknown target raises ``ScenarioError``.
+        """
+        try:
+            spec = self.spec_for(target)
+        except BrokerError as exc:
+            return Availability(False, str(exc))
+        if spec.find_binary() is None:
+            return Availability(False, self._missing_binary_reason(spec))
+        return Availability(True)
+
+    @staticmethod
+    def _missing_binary_reason(spec: NativeSpec) -> str:
+        return f"{spec.executable} not found; install it with: {spec.install_hint}"
+
+    def start(self, request: StartRequest) -> NativeBroker:
+        """Start the target's broker and return once it answers the protocol probe."""
+        spec = self.spec_for(request.target)
+        binary = spec.find_binary()
+        if binary is None:
+            raise BrokerError(self._missing_binary_reason(spec))
+        try:
+            request.workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BrokerError(
+                f"cannot create broker work directory {request.workdir}: {exc}"
+            ) from exc
+        if request.port is not None:
+            if port_in_use(request.host, request.port):
+                raise BrokerError(f"port {request.port} on {request.host} is already in use")
+            return self._start_once(spec, binary, request, request.port, auto_port=False)
+        last: BrokerError | None = None
+        for _ in range(AUTO_PORT_ATTEMPTS):
+            try:
+                port = free_port(request.host)
+                return self._start_once(spec, binary, request, port, auto_port=True)
+            except _PortClash as exc:
+                last = exc
+        assert last is not None
+        raise BrokerError(str(last))
+
+    def _start_once(
+        self, spec: NativeSpec, binary: Path, request: StartRequest, port: int, auto_port: bool
+    ) -> NativeBroker:
+        plan = spec.prepare(binary, request.workdir, request.host, port, request.options)
+        version = spec.version(binary)
+        log_path = request.workdir / f"{spec.name}.log"
+        try:
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    plan.argv,
+                    cwd=request.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            raise BrokerError(f"cannot start {spec.name} ({binary}): {exc}") from exc
+        info: dict[str, Any] = {
+            "name": spec.name,
+            "target": request.target,
+            "runtime": self.name,
+            "version": version,
+            "binary": str(binary),
+            "argv": list(plan.argv),
+            "config_path": str(plan.config_path) if plan.config_path else None,
+            "config": plan.config_text,
+            "host": request.host,
+            "port": port,
+            "pid": process.pid,
+            "log_path": str(log_path),
+            "settings": dict(plan.settings),
+        }
+        broker = NativeBroker(spec.name, process, Endpoint(request.host, port), info, log_path)
+        try:
+            self._wait_ready(spec, broker, process, request, port, auto_port)
+        except BaseException:
+            broker.stop()
+            raise
+        info["started_ns"] = time.time_ns()
+        return broker
+
+    def _wait_ready(
+        self,
+        spec: NativeSpec,
+        broker: NativeBroker,
+        process: subprocess.Popen[bytes],
+        request: StartRequest,
+        port: int,
+        auto_port: bool,
+    ) -> None:
+        deadline = time.monotonic() + request.startup_timeout_s
+        while True:
+            code = process.poll()
+            if code is not None:
+                tail = broker.log_tail(TAIL_LINES_ON_ERROR)
+                message = f"{spec.name} exited during start-up (code {code}): {tail or '(no log)'}"
+                if auto_port and "in use" in tail.lower():
+                    raise _PortClash(message)
+                raise BrokerError(message)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                tail = broker.log_tail(TAIL_LINES_ON_ERROR)
+                raise BrokerError(
+                    f"{spec.name} did not become ready on {request.host}:{port} within "
+                    f"{request.startup_timeout_s:g} s: {tail or '(no log)'}"
+                )
+            if spec.check_ready(request.host, port, min(remaining, 1.0)):
+                return
+            time.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))

@@ -1,0 +1,93 @@
+"""What the native runtime needs to know about one broker: a ``NativeSpec``.
+
+A spec finds the broker's executable, says how to install it when it is missing, writes
+the broker's config into the instance's work directory, builds the command line, checks
+readiness at the protocol level and reports the version. The runtime (``native.py``) does
+everything else: ports, process start and stop, timeouts, logs and error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How to start one broker instance: its command line and what goes into the manifest."""
+
+    argv: list[str]
+    config_path: Path | None
+    config_text: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Settings that change benchmark results (queue limits, buffers, user, ...)."""
+
+
+class NativeSpec(ABC):
+    """A broker that the native runtime can run as a local process."""
+
+    name: str
+    """Spec name, e.g. ``mosquitto``; targets refer to it by this name."""
+    executable: str
+    """File name of the broker's executable, looked up by ``find_binary``."""
+    install_hint: str
+    """A command that installs the executable, shown when it is missing."""
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """Places to look for the executable besides ``PATH`` (in order)."""
+        return ()
+
+    def find_binary(self) -> Path | None:
+        """Return the broker executable, or None when it is not installed."""
+        for candidate in self.candidate_paths():
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+        found = shutil.which(self.executable)
+        return Path(found) if found else None
+
+    @abstractmethod
+    def version(self, binary: Path) -> str:
+        """The broker's version string (``"unknown"`` when it cannot be determined)."""
+
+    @abstractmethod
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write the config into ``workdir`` and return the command line to start the broker.
+
+        ``options`` are the scenario's broker options; unknown keys raise
+        ``mqbench.errors.BrokerError`` so a typo never silently changes nothing.
+        """
+
+    @abstractmethod
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """One protocol-level readiness probe, bounded by ``timeout_s``; never raises."""
+
+
+def run_for_output(argv: list[str], timeout_s: float = 5.0) -> str:
+    """Run a short command and return stdout+stderr ('' if it cannot run in time)."""
+    try:
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return proc.stdout.decode("utf-8", "replace")
+
+
+def first_match(pattern: str, text: str, default: str = "unknown") -> str:
+    """Group 1 of the first match of ``pattern`` in ``text``, or ``default``."""
+    match = re.search(pattern, text)
+    return match.group(1) if match else default

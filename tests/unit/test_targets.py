@@ -1,0 +1,79 @@
+"""The target table: every target of DESIGN.md, with its transport, port and native spec."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mqbench.brokers.specs import native_specs
+from mqbench.brokers.targets import Target, get_target, target_names
+from mqbench.errors import ScenarioError
+
+DESIGN_TARGETS = [
+    "mosquitto",
+    "emqx",
+    "hivemq",
+    "rabbitmq-mqtt",
+    "rabbitmq-amqp",
+    "artemis",
+    "activemq",
+    "nats",
+    "redis",
+    "zenoh",
+    "tbmq",
+    "tbmq-style",
+]
+
+
+def test_every_design_target_is_listed_in_design_order() -> None:
+    assert target_names() == DESIGN_TARGETS
+
+
+@pytest.mark.parametrize(
+    ("name", "transport", "port"),
+    [
+        ("mosquitto", "mqtt", 1883),
+        ("emqx", "mqtt", 1883),
+        ("hivemq", "mqtt", 1883),
+        ("rabbitmq-mqtt", "mqtt", 1883),
+        ("rabbitmq-amqp", "amqp", 5672),
+        ("artemis", "mqtt", 1883),
+        ("activemq", "mqtt", 1883),
+        ("nats", "nats", 4222),
+        ("redis", "redis", 6379),
+        ("zenoh", "zenoh", 7447),
+        ("tbmq", "mqtt", 1883),
+        ("tbmq-style", "mqtt", 1883),
+    ],
+)
+def test_each_target_talks_its_protocol_on_its_usual_port(
+    name: str, transport: str, port: int
+) -> None:
+    target = get_target(name)
+    assert (target.name, target.transport, target.default_port) == (name, transport, port)
+    assert target.description
+
+
+def test_only_mosquitto_and_nats_have_native_specs_and_those_specs_exist() -> None:
+    with_spec = {name: get_target(name).native_spec for name in target_names()}
+    assert {k: v for k, v in with_spec.items() if v} == {"mosquitto": "mosquitto", "nats": "nats"}
+    assert set(native_specs()) == {"mosquitto", "nats"}
+
+
+@pytest.mark.parametrize("name", ["emqx", "hivemq", "artemis", "tbmq"])
+def test_docker_only_brokers_have_no_native_source(name: str) -> None:
+    assert get_target(name).native_source is None
+
+
+def test_unknown_target_error_lists_the_known_ones() -> None:
+    with pytest.raises(ScenarioError) as excinfo:
+        get_target("kafka")
+    assert str(excinfo.value) == f"unknown target 'kafka' (known: {', '.join(DESIGN_TARGETS)})"
+
+
+def test_targets_are_immutable() -> None:
+    target = get_target("nats")
+    assert isinstance(target, Target)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        target.default_port = 1  # type: ignore[misc]
