@@ -13,16 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 MessageHandler = Callable[[memoryview | bytes, int], None]
-"""``(payload, t_recv_ns)``: called per delivered message; payload starts with the header."""
+"""``(payload, t_recv_ns)``: called per delivered message; payload starts with the header.
+
+The payload may be a view into the client's read buffer: it is valid only during the call.
+"""
 
 AckHandler = Callable[[int, int], None]
 """``(tag, t_ack_ns)``: called when a QoS >= 1 publish with ``tag`` is acknowledged."""
 
 EventHandler = Callable[[str, dict[str, Any]], None]
-"""``(kind, details)``: connection events such as ``connected``, ``disconnected``."""
+"""``(kind, details)``: connection events. Standard kinds: ``connected``, ``subscribed``,
+``disconnected`` (details: ``expected``, ``reason``), ``protocol_error``, ``write_paused``."""
 
 Sender = Callable[[bytes, int], bool]
-"""``(payload, tag) -> handed_over``: False when the client is not connected.
+"""``(payload, tag) -> handed_over``: False when the client is not connected (or, for
+QoS >= 1, when no packet id is free: back-pressure from unacknowledged messages).
 
 A sender may raise ``TransportError`` for a payload the protocol or broker cannot carry
 (e.g. above NATS's ``max_payload``); the scenario should have been rejected before that.
