@@ -164,11 +164,10 @@ class NativeRuntime:
     def _no_spec_reason(target: Target) -> str:
         if target.native_source is None:
             return (
-                f"{target.name} runs in Docker only (no native package); "
-                "use the docker runtime (no Docker engine is running on this machine)"
+                f"{target.name} runs in Docker only (no native package); use the docker runtime"
             )
         return (
-            f"native runtime for {target.name} is not implemented yet; see issue 3 "
+            f"no native runtime for {target.name} in this version "
             f"(it would come from: {target.native_source})"
         )
 

@@ -240,21 +240,31 @@ def targets() -> None:
         from mqbench.brokers.targets import get_target, target_names
 
         runtimes = [get_runtime(name) for name in ("native", "docker")]
-        table = Table(title="targets")
-        table.add_column("target")
-        table.add_column("protocol")
-        table.add_column("broker")
-        for runtime in runtimes:
-            table.add_column(runtime.name)
+        table = Table(title="targets", title_justify="left")
+        for column in ("target", "protocol", "broker", *(r.name for r in runtimes)):
+            table.add_column(column)
+        reasons: dict[str, list[str]] = {r.name: [] for r in runtimes}
         for target in (get_target(n) for n in target_names()):
-            cells = []
+            marks = []
             for runtime in runtimes:
                 availability = runtime.availability(target.name)
-                cells.append(
-                    "[green]yes[/]" if availability.available else f"[dim]{availability.reason}[/]"
-                )
-            table.add_row(target.name, target.transport, target.broker, *cells)
+                if availability.available:
+                    marks.append("[green]yes[/]")
+                else:
+                    marks.append("[dim]no[/]")
+                    reasons[runtime.name].append(f"{target.name}: {availability.reason}")
+            table.add_row(target.name, target.transport, target.broker, *marks)
         console.print(table)
+        for runtime_name, lines in reasons.items():
+            if not lines:
+                continue
+            texts = {line.split(": ", 1)[1] for line in lines}
+            if len(texts) == 1 and len(lines) > 1:
+                console.print(f"{runtime_name}: not available: {texts.pop()}")
+            else:
+                console.print(f"{runtime_name}, why not:")
+                for line in lines:
+                    console.print(f"  {line}")
         console.print("external: any target, with broker.port (and broker.pid to sample) set")
 
     guarded(go)

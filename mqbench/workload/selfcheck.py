@@ -40,6 +40,7 @@ def generator_verdict(workers: list[dict[str, Any]], *, late_threshold_ms: float
             reasons.append(f"worker {w.get('worker')} event loop stalled {lag_ms:.0f} ms")
     return {
         "saturated": bool(reasons),
+        "late_threshold_ms": late_threshold_ms,
         "reasons": reasons,
         "warnings": warnings,
         "workers": workers,

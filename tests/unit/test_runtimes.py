@@ -43,8 +43,8 @@ def test_docker_runtime_with_a_running_engine_only_says_not_implemented() -> Non
     [
         ("emqx", "emqx runs in Docker only"),
         ("tbmq", "tbmq runs in Docker only"),
-        ("rabbitmq-mqtt", "native runtime for rabbitmq-mqtt is not implemented yet; see issue 3"),
-        ("redis", "native runtime for redis is not implemented yet; see issue 3"),
+        ("rabbitmq-mqtt", "no native runtime for rabbitmq-mqtt in this version"),
+        ("redis", "no native runtime for redis in this version"),
     ],
 )
 def test_native_runtime_explains_targets_it_cannot_run(target: str, reason: str) -> None:
