@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Install everything mqbench needs: Debian packages (brokers, Java for Spark) when run as
+# root with apt, then a virtualenv in .venv with mqbench and its Python dependencies.
+#   scripts/install.sh          runtime dependencies
+#   scripts/install.sh --dev    plus test and lint tools
+# Without root it installs what it can and lists what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+[[ "${1:-}" == "--dev" ]] && DEV=1
+
+# Debian packages: brokers with a native runtime, their command-line clients (used as
+# interoperability peers in tests), and a JRE for PySpark.
+APT_PACKAGES=(
+    mosquitto mosquitto-clients          # target mosquitto; mosquitto_pub/sub as test peers
+    redis-server                         # target redis; persistence for the built-in broker
+    rabbitmq-server                      # targets rabbitmq-mqtt, rabbitmq-amqp
+    activemq libmqtt-client-java         # target activemq (its MQTT connector needs the jar)
+    postgresql                           # persistence backend of the built-in broker
+)
+JAVA_PACKAGE=openjdk-17-jre-headless
+
+say() { printf 'mqbench install: %s\n' "$*"; }
+
+missing_packages() {
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || printf '%s\n' "$pkg"
+    done
+}
+
+need=()
+if command -v dpkg-query >/dev/null 2>&1; then
+    mapfile -t need < <(missing_packages "${APT_PACKAGES[@]}")
+fi
+if ! command -v java >/dev/null 2>&1; then
+    need+=("$JAVA_PACKAGE")
+fi
+
+PYTHON="${PYTHON:-}"
+if [[ -z "$PYTHON" ]]; then
+    for candidate in python3.11 python3.12 python3.13 python3; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+            PYTHON="$candidate"
+            break
+        fi
+    done
+fi
+if [[ -z "$PYTHON" ]]; then
+    say "no Python >= 3.11 found (set PYTHON=/path/to/python3.11)"
+    exit 1
+fi
+if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    need+=("python3-venv")
+fi
+
+if ((${#need[@]})); then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing Debian packages: ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        # Debian's packages would start system-wide brokers (mosquitto on 1883, RabbitMQ,
+        # PostgreSQL, ActiveMQ); mqbench starts its own on free ports and never needs
+        # them, so service start-up is denied while installing.
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+            chmod +x /usr/sbin/policy-rc.d
+            trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        fi
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        say "WARNING: not root (or no apt-get); these Debian packages are missing: ${need[*]}"
+        say "         install them with: sudo apt-get install ${need[*]}"
+        say "         targets needing them will say so and refuse to run"
+    fi
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    say "creating virtualenv .venv with $PYTHON"
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
+if ((DEV)); then
+    .venv/bin/python -m pip install --quiet -e ".[dev]"
+else
+    .venv/bin/python -m pip install --quiet -e .
+fi
+say "done: $(.venv/bin/mqbench version)"
