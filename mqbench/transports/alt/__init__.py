@@ -1,0 +1,1 @@
+"""Alternative clients built on stock libraries (to measure what they achieve, and as oracles)."""
