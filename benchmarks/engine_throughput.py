@@ -92,11 +92,13 @@ def main() -> None:
             s = analyze_cell_numpy(cell, result.result_dir / "cells" / cell["id"])
             lat, lag = s.latency, s.send_lag
             verdict = "SATURATED: " + (s.generator_reason or "") if s.generator_saturated else "ok"
+            p50 = (lat.p50_us if lat else 0) / 1e3
+            p99 = (lat.p99_us if lat else 0) / 1e3
+            lag99 = (lag.p99_us if lag else 0) / 1e3
             print(
                 f"{s.cell_id:<40} {s.offered_rate or 0:>9,.0f} {s.send_rate or 0:>9,.0f} "
                 f"{s.throughput_msg_s or 0:>9,.0f} {s.loss_pct or 0:>7.3f} "
-                f"{(lat.p50_us if lat else 0) / 1e3:>7.2f} {(lat.p99_us if lat else 0) / 1e3:>7.2f} "
-                f"{(lag.p99_us if lag else 0) / 1e3:>8.2f} {s.broker_cpu_cores_mean or 0:>9.2f} "
+                f"{p50:>7.2f} {p99:>7.2f} {lag99:>8.2f} {s.broker_cpu_cores_mean or 0:>9.2f} "
                 f"{s.generator_cpu_cores_mean or 0:>7.2f}  {verdict}"
             )
 

@@ -163,9 +163,7 @@ class NativeRuntime:
     @staticmethod
     def _no_spec_reason(target: Target) -> str:
         if target.native_source is None:
-            return (
-                f"{target.name} runs in Docker only (no native package); use the docker runtime"
-            )
+            return f"{target.name} runs in Docker only (no native package); use the docker runtime"
         return (
             f"no native runtime for {target.name} in this version "
             f"(it would come from: {target.native_source})"

@@ -1,0 +1,126 @@
+"""Analyse a result folder: one SparkSession for the whole run, outputs written in place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from mqbench.analysis.aggregate import CellAggregate
+from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
+from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan
+from mqbench.analysis.summary import (
+    SUMMARY_JSON,
+    CellSummary,
+    build_summary,
+    read_summary_json,
+    write_summary_json,
+    write_summary_parquet,
+)
+from mqbench.errors import AnalysisError
+from mqbench.records.format import SCHEMA_VERSION
+
+ANALYSABLE = ("completed", "interrupted")
+MANIFEST = "manifest.json"
+
+__all__ = ["analyze_cell_numpy", "analyze_run", "read_manifest"]
+
+
+def read_manifest(result_dir: Path) -> dict[str, Any]:
+    """Read ``manifest.json``; AnalysisError when missing, unreadable or another version."""
+    path = Path(result_dir) / MANIFEST
+    if not Path(result_dir).is_dir():
+        raise AnalysisError(f"{result_dir}: no such result folder")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AnalysisError(f"{result_dir}: no {MANIFEST} (not an mqbench result folder)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AnalysisError(f"{path}: unreadable manifest ({exc})") from None
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path}: not a manifest object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise AnalysisError(
+            f"{path}: schema version {version!r}; this mqbench analyses version {SCHEMA_VERSION}"
+        )
+    return data
+
+
+def _select_cells(manifest: dict[str, Any], cells: list[str] | None) -> list[dict[str, Any]]:
+    entries = [c for c in manifest.get("cells") or [] if isinstance(c, dict)]
+    if cells is None:
+        chosen = [c for c in entries if c.get("status") in ANALYSABLE]
+        if not chosen:
+            raise AnalysisError("no completed or interrupted cells to analyse")
+        return chosen
+    by_id = {str(c.get("id")): c for c in entries}
+    chosen = []
+    for cid in cells:
+        if cid not in by_id:
+            raise AnalysisError(f"cell {cid!r} is not in the manifest")
+        status = by_id[cid].get("status")
+        if status not in ANALYSABLE:
+            raise AnalysisError(
+                f"cell {cid!r} has status {status!r}; only completed or interrupted cells "
+                "can be analysed"
+            )
+        chosen.append(by_id[cid])
+    return chosen
+
+
+def analyze_run(
+    result_dir: Path,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    cells: list[str] | None = None,
+    *,
+    engine: Literal["spark", "numpy"] = "spark",
+    spark: Any | None = None,
+    chunk_records: int = DEFAULT_CHUNK_RECORDS,
+) -> list[CellSummary]:
+    """Analyse the completed/interrupted cells of a run and write their summaries.
+
+    Writes ``cells/<id>/summary.json`` for every analysed cell and ``summary.parquet`` with
+    one row per cell that has a summary. ``cells`` restricts the analysis to those ids.
+    ``engine="numpy"`` uses the single-process reference instead of Spark. ``spark`` reuses
+    an existing session (it is then not stopped); otherwise one session is started for the
+    whole run with ``master`` (default ``local[*]``) and ``conf`` and stopped at the end.
+    """
+    result_dir = Path(result_dir)
+    manifest = read_manifest(result_dir)
+    chosen = _select_cells(manifest, cells)
+    plans: list[CellPlan] = []
+    for cell in chosen:
+        folder = result_dir / "cells" / str(cell.get("id"))
+        if not folder.is_dir():
+            raise AnalysisError(f"cell {cell.get('id')!r}: folder {folder} is missing")
+        plans.append(build_plan(cell, folder))
+    aggs: list[CellAggregate]
+    if engine == "numpy":
+        aggs = [aggregate_cell_numpy(plan) for plan in plans]
+    elif spark is not None:
+        aggs = _spark_aggregates(spark, plans, chunk_records)
+    else:
+        from mqbench.analysis.spark import spark_session
+
+        with spark_session(master, conf) as session:
+            aggs = _spark_aggregates(session, plans, chunk_records)
+    summaries = [build_summary(plan, agg) for plan, agg in zip(plans, aggs, strict=True)]
+    for plan, summary in zip(plans, summaries, strict=True):
+        write_summary_json(plan.folder, summary)
+    fresh = {s.cell_id for s in summaries}
+    everything = list(summaries)
+    for cell in manifest.get("cells") or []:
+        cid = str(cell.get("id"))
+        path = result_dir / "cells" / cid / SUMMARY_JSON
+        if cid not in fresh and path.exists():
+            everything.append(read_summary_json(path))
+    write_summary_parquet(result_dir, everything)
+    return summaries
+
+
+def _spark_aggregates(spark: Any, plans: list[CellPlan], chunk_records: int) -> list[CellAggregate]:
+    from mqbench.analysis.cell import aggregate_cells_spark
+
+    return aggregate_cells_spark(spark, plans, chunk_records)

@@ -1,0 +1,103 @@
+"""Single-process reference analysis in plain numpy/pandas.
+
+It loads whole files and computes every quantity directly (sorting for distinct deliveries
+and percentiles, a grouped running maximum for reordering) instead of merging chunk
+partials, so it cross-checks the Spark engine and serves as the single-process baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mqbench.analysis.aggregate import CellAggregate
+from mqbench.analysis.kernel import Hist, empty_hist, route_slots
+from mqbench.analysis.plan import CellPlan, build_plan
+from mqbench.analysis.summary import CellSummary, build_summary
+from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
+from mqbench.records.schedule import intended_ns_array
+
+
+def _hist_by_sort(values: np.ndarray) -> Hist:
+    if values.size == 0:
+        return empty_hist()
+    ordered = np.sort(values.astype(np.int64))
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    counts = np.diff(np.r_[starts, ordered.size])
+    return ordered[starts], counts.astype(np.int64)
+
+
+def _in_window(plan: CellPlan, pub: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    intended = intended_ns_array(plan.start_ns, plan.rate, plan.publishers, pub, seq)
+    ok = (pub < plan.publishers) & (intended >= plan.win_start) & (intended < plan.win_end)
+    return intended, ok
+
+
+def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
+    """Exact aggregates of one cell computed directly from whole record files."""
+    agg = CellAggregate()
+    lags: list[np.ndarray] = []
+    acks: list[np.ndarray] = []
+    for path in plan.send_files:
+        rec = read_records(path)
+        agg.send_records += rec.size
+        intended, win = _in_window(plan, rec["pub"], rec["seq"])
+        ok = win & ((rec["sub"] & SEND_OK) != 0)
+        agg.sent += int(ok.sum())
+        agg.send_failed += int((win & ((rec["sub"] & SEND_FAILED) != 0)).sum())
+        agg.expected += int(plan.fanout[rec["pub"][ok]].sum())
+        lags.append((rec["t_sent"][ok] - intended[ok]) // LAT_UNIT_NS)
+        acks.append(rec["lat"][win & ((rec["sub"] & SEND_ACK) != 0)].astype(np.int64))
+    keys: list[pd.DataFrame] = []
+    lat_int: list[np.ndarray] = []
+    lat_sent: list[np.ndarray] = []
+    for file_no, path in enumerate(plan.delivery_files):
+        rec = read_records(path)
+        agg.delivery_records += rec.size
+        t_recv = rec["t_sent"] + rec["lat"].astype(np.int64) * LAT_UNIT_NS
+        agg.recv_in_window += int(((t_recv >= plan.win_start) & (t_recv < plan.win_end)).sum())
+        intended, win = _in_window(plan, rec["pub"], rec["seq"])
+        sel = rec[win]
+        slot = route_slots(plan, sel["pub"], sel["sub"])
+        agg.unrouted += int((slot < 0).sum())
+        sel = sel[slot >= 0]
+        agg.routed += sel.size
+        lat_int.append((sel["t_sent"] - intended[win][slot >= 0]) // LAT_UNIT_NS + sel["lat"])
+        lat_sent.append(sel["lat"].astype(np.int64))
+        keys.append(
+            pd.DataFrame(
+                {
+                    "file": np.full(sel.size, file_no, dtype=np.int32),
+                    "pub": sel["pub"].astype(np.int64),
+                    "sub": sel["sub"].astype(np.int64),
+                    "seq": sel["seq"].astype(np.int64),
+                }
+            )
+        )
+    if keys:
+        frame = pd.concat(keys, ignore_index=True)
+        if len(frame):
+            pub = frame["pub"].to_numpy()
+            sub = frame["sub"].to_numpy()
+            seq = frame["seq"].to_numpy()
+            order = np.lexsort((sub, seq, pub))
+            p, q, s = pub[order], seq[order], sub[order]
+            new = np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1]) | (s[1:] != s[:-1])]
+            agg.distinct = int(new.sum())
+            groups = frame.groupby(["file", "pub", "sub"], sort=False)["seq"]
+            prior = groups.cummax().groupby([frame["file"], frame["pub"], frame["sub"]]).shift(1)
+            agg.reordered = int((frame["seq"] < prior).sum())
+    agg.hist_intended = _hist_by_sort(np.concatenate(lat_int)) if lat_int else empty_hist()
+    agg.hist_sent = _hist_by_sort(np.concatenate(lat_sent)) if lat_sent else empty_hist()
+    agg.hist_lag = _hist_by_sort(np.concatenate(lags)) if lags else empty_hist()
+    agg.hist_ack = _hist_by_sort(np.concatenate(acks)) if acks else empty_hist()
+    return agg
+
+
+def analyze_cell_numpy(cell: dict[str, Any], folder: Path) -> CellSummary:
+    """Summary of one manifest cell computed in this process with numpy (no Spark)."""
+    plan = build_plan(cell, folder)
+    return build_summary(plan, aggregate_cell_numpy(plan))

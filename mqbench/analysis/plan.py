@@ -1,0 +1,233 @@
+"""What to analyse in one cell: window, schedule, routes and record files (no Spark here).
+
+A :class:`CellPlan` is built on the driver from a manifest cell entry and the cell folder.
+It is small and picklable, so Spark tasks receive it in their closure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mqbench.errors import AnalysisError
+from mqbench.records.format import RECORD_SIZE
+from mqbench.records.schedule import intended_ns
+
+DEFAULT_CHUNK_RECORDS = 1 << 20
+"""Records per task (24 MiB): small enough that every core gets work, big enough for numpy."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice of one record file: ``count`` records starting at record ``offset``."""
+
+    cell: int
+    kind: str  # "deliveries" | "sends"
+    file: int  # index of the file within its kind, in sorted name order
+    index: int  # chunk number within the file (file order)
+    path: str
+    offset: int
+    count: int
+
+
+@dataclass
+class CellPlan:
+    """Everything the record kernels need to know about one cell."""
+
+    cell_id: str
+    index: int
+    repeat: int
+    status: str
+    params: dict[str, Any]
+    folder: Path
+    start_ns: int
+    rate: float
+    publishers: int
+    messages_per_publisher: int | None
+    win_start: int
+    win_end: int
+    window_clipped: bool
+    offered_rate: float | None
+    routes: list[tuple[str, int, int, int, int]]
+    fanout: np.ndarray  # int64[publishers]: routed subscribers of each publisher
+    route_offset: np.ndarray  # int64[len(routes), publishers]: slot offset of route r for pub p
+    f_max: int
+    k_lo: int  # first interleaved slot k = seq * n + pub whose intended time is in the window
+    k_hi: int  # first slot at or after the window end
+    delivery_files: list[str] = field(default_factory=list)
+    send_files: list[str] = field(default_factory=list)
+    generator: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def window_ns(self) -> int:
+        """Length of the measured window in nanoseconds (0 when empty)."""
+        return max(0, self.win_end - self.win_start)
+
+    @property
+    def scheduled(self) -> int:
+        """Messages whose intended time lies in the window (all publishers)."""
+        hi = self.k_hi
+        if self.messages_per_publisher is not None:
+            hi = min(hi, self.messages_per_publisher * self.publishers)
+        return max(0, hi - self.k_lo)
+
+    @property
+    def n_routes(self) -> int:
+        """Size of the dense route-id space ``pub * f_max + slot``."""
+        return self.publishers * max(1, self.f_max)
+
+
+def _first_slot_at_or_after(start_ns: int, rate: float, n: int, t_ns: int) -> int:
+    """Smallest interleaved slot ``k`` whose intended time is ``>= t_ns`` (monotone in k)."""
+    if t_ns <= start_ns:
+        return 0
+
+    def at(k: int) -> int:
+        return intended_ns(start_ns, rate, n, k % n, k // n)
+
+    hi = max(1, int((t_ns - start_ns) * rate * n / 1e9) + 2)
+    while at(hi) < t_ns:
+        hi *= 2
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(mid) < t_ns:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _routes(cell: dict[str, Any], n_pubs: int) -> list[tuple[str, int, int, int, int]]:
+    out: list[tuple[str, int, int, int, int]] = []
+    for route in cell.get("routes") or []:
+        kind = route.get("kind")
+        try:
+            a, b = (int(x) for x in route["pubs"])
+            c, d = (int(x) for x in route["subs"])
+        except (KeyError, TypeError, ValueError):
+            raise AnalysisError(f"cell {cell.get('id')}: malformed route {route!r}") from None
+        if kind not in ("pairs", "all"):
+            raise AnalysisError(f"cell {cell.get('id')}: unknown route kind {kind!r}")
+        if kind == "pairs" and b - a != d - c:
+            raise AnalysisError(
+                f"cell {cell.get('id')}: 'pairs' route with {b - a} publishers and "
+                f"{d - c} subscribers"
+            )
+        if a < 0 or b > n_pubs or a > b or c < 0 or c > d:
+            raise AnalysisError(f"cell {cell.get('id')}: route {route!r} out of range")
+        out.append((kind, a, b, c, d))
+    return out
+
+
+def _record_files(folder: Path, prefix: str) -> list[str]:
+    files = sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))
+    for path in files:
+        size = os.path.getsize(path)
+        if size % RECORD_SIZE:
+            raise AnalysisError(
+                f"{path}: size {size} is not a multiple of {RECORD_SIZE} bytes "
+                "(truncated record file)"
+            )
+    return files
+
+
+def _stop_time(folder: Path) -> int | None:
+    """When recording stopped in an interrupted cell: the `interrupted` event, else the last."""
+    path = folder / "events.jsonl"
+    if not path.exists():
+        return None
+    last: int | None = None
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                event = json.loads(line)
+                t = int(event["t_ns"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line of an interrupted run
+            if event.get("kind") == "interrupted":
+                return t
+            last = t if last is None else max(last, t)
+    return last
+
+
+def build_plan(cell: dict[str, Any], folder: Path) -> CellPlan:
+    """Build the plan of one manifest cell (checks record files; raises AnalysisError)."""
+    cid = str(cell.get("id"))
+    try:
+        sched = cell["schedule"]
+        window = cell["window"]
+        start_ns = int(sched["start_ns"])
+        rate = float(sched["rate"])
+        n = int(sched["publishers"])
+        win_start = int(window["start_ns"])
+        win_end = int(window["end_ns"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnalysisError(f"cell {cid}: manifest entry lacks schedule/window ({exc})") from None
+    if n <= 0 or rate <= 0:
+        raise AnalysisError(f"cell {cid}: schedule needs publishers > 0 and rate > 0")
+    mpp_raw = sched.get("messages_per_publisher")
+    mpp = int(mpp_raw) if mpp_raw is not None else None
+    params = dict(cell.get("params") or {})
+    clipped = False
+    if cell.get("status") == "interrupted":
+        stop = _stop_time(folder)
+        if stop is not None:
+            drain_ns = int(float(params.get("drain_s") or 0.0) * 1e9)
+            clip = stop - drain_ns
+            if clip < win_end:
+                win_end = max(win_start, clip)
+                clipped = True
+    routes = _routes(cell, n)
+    fanout = np.zeros(n, dtype=np.int64)
+    offsets = np.zeros((len(routes), n), dtype=np.int64)
+    for r, (kind, a, b, c, d) in enumerate(routes):
+        offsets[r, a:b] = fanout[a:b]
+        fanout[a:b] += 1 if kind == "pairs" else d - c
+    f_max = int(fanout.max()) if n else 0
+    k_lo = _first_slot_at_or_after(start_ns, rate, n, win_start)
+    k_hi = max(k_lo, _first_slot_at_or_after(start_ns, rate, n, win_end))
+    offered = cell.get("offered_rate")
+    return CellPlan(
+        cell_id=cid,
+        index=int(cell.get("index", 0)),
+        repeat=int(cell.get("repeat", 0)),
+        status=str(cell.get("status")),
+        params=params,
+        folder=folder,
+        start_ns=start_ns,
+        rate=rate,
+        publishers=n,
+        messages_per_publisher=mpp,
+        win_start=win_start,
+        win_end=win_end,
+        window_clipped=clipped,
+        offered_rate=float(offered) if offered is not None else rate * n,
+        routes=routes,
+        fanout=fanout,
+        route_offset=offsets,
+        f_max=f_max,
+        k_lo=k_lo,
+        k_hi=k_hi,
+        delivery_files=_record_files(folder, "deliveries"),
+        send_files=_record_files(folder, "sends"),
+        generator=dict(cell.get("generator") or {}),
+    )
+
+
+def chunks_of(plan_index: int, plan: CellPlan, chunk_records: int) -> list[Chunk]:
+    """Split every record file of the cell into chunks of at most ``chunk_records``."""
+    out: list[Chunk] = []
+    for kind, files in (("deliveries", plan.delivery_files), ("sends", plan.send_files)):
+        for f, path in enumerate(files):
+            total = os.path.getsize(path) // RECORD_SIZE
+            for i, offset in enumerate(range(0, total, chunk_records)):
+                out.append(
+                    Chunk(plan_index, kind, f, i, path, offset, min(chunk_records, total - offset))
+                )
+    return out

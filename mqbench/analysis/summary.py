@@ -1,0 +1,396 @@
+"""The versioned per-cell summary: ``summary.json`` per cell, ``summary.parquet`` per run.
+
+Percentiles are nearest-rank: ``pq`` is the smallest value ``v`` such that at least a
+fraction ``q`` of the values are ``<= v`` (rank ``ceil(q * N)``, computed with integers).
+All latency statistics are computed from values floored to 100 ns (the resolution of the
+``lat`` field); percentiles commute with flooring, so each reported percentile is the exact
+percentile floored to 100 ns. Mean and (population) standard deviation use the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from mqbench.analysis.aggregate import CellAggregate
+from mqbench.analysis.kernel import Hist
+from mqbench.analysis.plan import CellPlan
+from mqbench.analysis.resources import resource_stats
+from mqbench.errors import AnalysisError
+
+SUMMARY_SCHEMA_VERSION: Final = 1
+SUMMARY_JSON: Final = "summary.json"
+SUMMARY_PARQUET: Final = "summary.parquet"
+
+PERCENTILES: Final = (("p50", 50, 100), ("p90", 90, 100), ("p95", 95, 100), ("p99", 99, 100))
+P999: Final = ("p999", 999, 1000)
+
+
+def nearest_rank(n: int, num: int, den: int) -> int:
+    """1-based nearest rank of quantile ``num/den`` among ``n`` values: ``ceil(n*num/den)``."""
+    return max(1, -(-n * num // den))
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Distribution of a latency-like quantity, in microseconds."""
+
+    count: int
+    min_us: float
+    p50_us: float
+    p90_us: float
+    p95_us: float
+    p99_us: float
+    p999_us: float
+    max_us: float
+    mean_us: float
+    stddev_us: float
+
+    @classmethod
+    def from_hist(cls, hist: Hist, unit_ns: int = 100) -> LatencyStats | None:
+        """Exact statistics from a histogram of integer values in ``unit_ns`` units."""
+        values, counts = hist
+        if values.size == 0:
+            return None
+        cum = np.cumsum(counts)
+        n = int(cum[-1])
+        scale = unit_ns / 1000.0
+
+        def pct(num: int, den: int) -> float:
+            idx = int(np.searchsorted(cum, nearest_rank(n, num, den), side="left"))
+            return float(values[idx]) * scale
+
+        vmax = int(np.abs(values).max())
+        if vmax * n < 2**62:
+            total = int(np.dot(values, counts))
+        else:
+            total = sum(int(v) * int(c) for v, c in zip(values, counts, strict=True))
+        mean = total / n
+        dev = values.astype(np.float64) - mean
+        var = float(np.dot(counts.astype(np.float64), dev * dev)) / n
+        return cls(
+            count=n,
+            min_us=float(values[0]) * scale,
+            p50_us=pct(50, 100),
+            p90_us=pct(90, 100),
+            p95_us=pct(95, 100),
+            p99_us=pct(99, 100),
+            p999_us=pct(999, 1000),
+            max_us=float(values[-1]) * scale,
+            mean_us=mean * scale,
+            stddev_us=math.sqrt(var) * scale,
+        )
+
+
+_STATS_GROUPS: Final = ("latency", "latency_from_send", "send_lag", "ack_latency")
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """Results of one cell (schema ``SUMMARY_SCHEMA_VERSION``); see docs/results.md."""
+
+    schema_version: int
+    cell_id: str
+    index: int
+    repeat: int
+    status: str
+    params: dict[str, Any]
+    window_start_ns: int
+    window_end_ns: int
+    window_s: float
+    window_clipped: bool
+    offered_rate: float | None
+    scheduled: int
+    sent: int
+    send_failed: int
+    send_rate: float | None
+    expected: int
+    received: int
+    duplicates: int
+    lost: int
+    loss_pct: float | None
+    reordered: int
+    unrouted: int
+    delivery_records: int
+    send_records: int
+    deliveries_in_window: int
+    throughput_msg_s: float | None
+    latency: LatencyStats | None
+    latency_from_send: LatencyStats | None
+    send_lag: LatencyStats | None
+    ack_latency: LatencyStats | None
+    broker_cpu_cores_mean: float | None
+    broker_cpu_cores_max: float | None
+    broker_rss_mb_mean: float | None
+    broker_rss_mb_max: float | None
+    generator_cpu_cores_mean: float | None
+    generator_cpu_cores_max: float | None
+    generator_rss_mb_mean: float | None
+    generator_rss_mb_max: float | None
+    generator_saturated: bool
+    generator_reason: str | None
+    valid: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict (the content of ``summary.json``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellSummary:
+        """Inverse of :meth:`to_dict`; raises AnalysisError on another schema version."""
+        if data.get("schema_version") != SUMMARY_SCHEMA_VERSION:
+            raise AnalysisError(
+                f"summary schema version {data.get('schema_version')!r}, "
+                f"expected {SUMMARY_SCHEMA_VERSION}"
+            )
+        fields = dict(data)
+        for group in _STATS_GROUPS:
+            if fields.get(group) is not None:
+                fields[group] = LatencyStats(**fields[group])
+        return cls(**fields)
+
+    def flat_row(self) -> dict[str, Any]:
+        """One flat row for ``summary.parquet``: stats as ``<group>_<stat>``, params as
+        ``param_<name>`` (non-scalar params as JSON text)."""
+        row: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "params":
+                continue
+            if f.name in _STATS_GROUPS:
+                for sf in dataclasses.fields(LatencyStats):
+                    row[f"{f.name}_{sf.name}"] = None if value is None else getattr(value, sf.name)
+                continue
+            row[f.name] = value
+        for key, value in sorted(self.params.items()):
+            scalar = value is None or isinstance(value, str | int | float | bool)
+            row[f"param_{key}"] = value if scalar else json.dumps(value, sort_keys=True)
+        return row
+
+
+MIN_ACHIEVED_FRACTION: Final = 0.99
+"""Fewer handed-out sends than this fraction of the schedule marks the generator saturated."""
+DEFAULT_LATE_THRESHOLD_MS: Final = 5.0
+
+
+def generator_reasons(
+    generator: dict[str, Any], scheduled: int, handed_out: int, send_lag: LatencyStats | None
+) -> list[str]:
+    """Why the generator, not the broker, limited the cell (empty when it did not).
+
+    Combines what the workers observed (manifest ``generator.reasons``) with what the
+    records show exactly: sends handed out vs scheduled in the window, and send-lag p99.
+    """
+    reasons = [str(r) for r in generator.get("reasons") or []]
+    legacy = generator.get("reason") or generator.get("saturation_reason")
+    if legacy and not reasons:
+        reasons.append(str(legacy))
+    if generator.get("saturated") and not reasons:
+        reasons.append("marked saturated by the generator")
+    if scheduled and handed_out / scheduled < MIN_ACHIEVED_FRACTION:
+        reasons.append(
+            f"handed out {handed_out} of {scheduled} scheduled sends "
+            f"({100 * handed_out / scheduled:.1f}%)"
+        )
+    threshold_ms = float(generator.get("late_threshold_ms") or DEFAULT_LATE_THRESHOLD_MS)
+    if send_lag is not None and send_lag.p99_us / 1000 > threshold_ms:
+        reasons.append(f"send lag p99 {send_lag.p99_us / 1000:.1f} ms > {threshold_ms:g} ms")
+    return reasons
+
+
+def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
+    """Turn exact aggregates into the summary (shared by the Spark and numpy engines)."""
+    window_s = plan.window_ns / 1e9
+    received = agg.distinct
+    lost = agg.expected - received
+    res = resource_stats(plan.folder / "resources.csv", plan.win_start, plan.win_end)
+    send_lag = LatencyStats.from_hist(agg.hist_lag)
+    reasons = generator_reasons(
+        plan.generator, plan.scheduled, agg.sent + agg.send_failed, send_lag
+    )
+    saturated = bool(reasons)
+    reason = "; ".join(reasons)
+    return CellSummary(
+        schema_version=SUMMARY_SCHEMA_VERSION,
+        cell_id=plan.cell_id,
+        index=plan.index,
+        repeat=plan.repeat,
+        status=plan.status,
+        params=plan.params,
+        window_start_ns=plan.win_start,
+        window_end_ns=plan.win_end,
+        window_s=window_s,
+        window_clipped=plan.window_clipped,
+        offered_rate=plan.offered_rate,
+        scheduled=plan.scheduled,
+        sent=agg.sent,
+        send_failed=agg.send_failed,
+        send_rate=agg.sent / window_s if window_s > 0 else None,
+        expected=agg.expected,
+        received=received,
+        duplicates=agg.routed - received,
+        lost=lost,
+        loss_pct=100.0 * lost / agg.expected if agg.expected else None,
+        reordered=agg.reordered,
+        unrouted=agg.unrouted,
+        delivery_records=agg.delivery_records,
+        send_records=agg.send_records,
+        deliveries_in_window=agg.recv_in_window,
+        throughput_msg_s=agg.recv_in_window / window_s if window_s > 0 else None,
+        latency=LatencyStats.from_hist(agg.hist_intended),
+        latency_from_send=LatencyStats.from_hist(agg.hist_sent),
+        send_lag=send_lag,
+        ack_latency=LatencyStats.from_hist(agg.hist_ack),
+        broker_cpu_cores_mean=res["broker_cpu_cores_mean"],
+        broker_cpu_cores_max=res["broker_cpu_cores_max"],
+        broker_rss_mb_mean=res["broker_rss_mb_mean"],
+        broker_rss_mb_max=res["broker_rss_mb_max"],
+        generator_cpu_cores_mean=res["generator_cpu_cores_mean"],
+        generator_cpu_cores_max=res["generator_cpu_cores_max"],
+        generator_rss_mb_mean=res["generator_rss_mb_mean"],
+        generator_rss_mb_max=res["generator_rss_mb_max"],
+        generator_saturated=saturated,
+        generator_reason=str(reason) if reason else None,
+        valid=not saturated,
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_summary_json(folder: Path, summary: CellSummary) -> Path:
+    """Write ``summary.json`` into the cell folder (atomically); return its path."""
+    path = folder / SUMMARY_JSON
+    text = json.dumps(summary.to_dict(), indent=2) + "\n"
+    _atomic_write(path, text.encode("utf-8"))
+    return path
+
+
+def read_summary_json(path: Path) -> CellSummary:
+    """Read a ``summary.json``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AnalysisError(f"{path}: unreadable summary ({exc})") from None
+    try:
+        return CellSummary.from_dict(data)
+    except (TypeError, AnalysisError) as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
+
+
+def _arrow_type(annotation: str) -> Any:
+    import pyarrow as pa
+
+    if annotation.startswith("int"):
+        return pa.int64()
+    if annotation.startswith("float"):
+        return pa.float64()
+    if annotation.startswith("bool"):
+        return pa.bool_()
+    return pa.string()
+
+
+def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Path:
+    """Write ``summary.parquet`` (one row per cell, ordered by index and repeat)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [s.flat_row() for s in sorted(summaries, key=lambda s: (s.index, s.repeat))]
+    fixed: list[Any] = []
+    for f in dataclasses.fields(CellSummary):
+        if f.name == "params":
+            continue
+        if f.name in _STATS_GROUPS:
+            for sf in dataclasses.fields(LatencyStats):
+                fixed.append(pa.field(f"{f.name}_{sf.name}", _arrow_type(str(sf.type))))
+            continue
+        fixed.append(pa.field(f.name, _arrow_type(str(f.type))))
+    names = {fl.name for fl in fixed}
+    param_names = sorted({k for r in rows for k in r if k not in names})
+    inferred = pa.Table.from_pylist([{k: r.get(k) for k in param_names} for r in rows])
+    schema = pa.schema(fixed + [inferred.schema.field(k) for k in param_names])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    path = result_dir / SUMMARY_PARQUET
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
+    ("schema_version", "int", "-", "summary schema version (1)"),
+    ("cell_id", "str", "-", "cell id from the manifest"),
+    ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
+    ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
+    ("params", "object", "-", "cell parameters (Parquet: one `param_<name>` column each)"),
+    ("window_start_ns, window_end_ns", "int", "ns", "measured window `[start, end)`"),
+    ("window_s", "float", "s", "window length"),
+    ("window_clipped", "bool", "-", "interrupted cell: window end moved to stop − drain"),
+    ("offered_rate", "float", "msg/s", "all publishers, from the manifest"),
+    ("scheduled", "int", "msg", "messages whose intended time is in the window"),
+    ("sent", "int", "msg", "`SEND_OK` records whose intended time is in the window"),
+    ("send_failed", "int", "msg", "`SEND_FAILED` records in the window"),
+    ("send_rate", "float", "msg/s", "sent / window_s"),
+    ("expected", "int", "deliveries", "Σ over sent messages of routed subscribers"),
+    ("received", "int", "deliveries", "distinct (pub, seq, sub) in the window on a route"),
+    ("duplicates", "int", "deliveries", "routed in-window delivery records − received"),
+    (
+        "lost",
+        "int",
+        "deliveries",
+        "expected − received (includes tail loss; < 0 only if "
+        "deliveries exist for messages without a send record)",
+    ),
+    ("loss_pct", "float", "%", "100 · lost / expected (null when expected = 0)"),
+    (
+        "reordered",
+        "int",
+        "deliveries",
+        "routed in-window deliveries whose seq is below an "
+        "earlier seq of the same route in the same record file (file order = receive order)",
+    ),
+    ("unrouted", "int", "deliveries", "in-window delivery records on no route"),
+    ("delivery_records, send_records", "int", "records", "records read (all, any window)"),
+    ("deliveries_in_window", "int", "deliveries", "delivery records with t_recv in window"),
+    ("throughput_msg_s", "float", "msg/s", "deliveries_in_window / window_s"),
+    (
+        "latency.*",
+        "LatencyStats",
+        "µs",
+        "t_recv − intended (headline, CO-corrected) over "
+        "routed in-window deliveries incl. duplicates",
+    ),
+    ("latency_from_send.*", "LatencyStats", "µs", "t_recv − t_sent, same deliveries"),
+    ("send_lag.*", "LatencyStats", "µs", "t_sent − intended over `SEND_OK` in the window"),
+    (
+        "ack_latency.*",
+        "LatencyStats",
+        "µs",
+        "publish→ack over `SEND_ACK` in the window (null without acks)",
+    ),
+    (
+        "LatencyStats",
+        "object",
+        "µs",
+        "count, min_us, p50_us, p90_us, p95_us, p99_us, "
+        "p999_us, max_us, mean_us, stddev_us (Parquet: `<group>_<stat>` columns)",
+    ),
+    ("broker_cpu_cores_mean/max", "float", "cores", "resources.csv samples in the window"),
+    ("broker_rss_mb_mean/max", "float", "MB (10^6 B)", "resources.csv samples in the window"),
+    ("generator_cpu_cores_mean/max", "float", "cores", "resources.csv samples in the window"),
+    ("generator_rss_mb_mean/max", "float", "MB (10^6 B)", "resources.csv samples in window"),
+    ("generator_saturated", "bool", "-", "manifest cell `generator.saturated`"),
+    ("generator_reason", "str", "-", "`generator.reason` (or `saturation_reason`)"),
+    ("valid", "bool", "-", "false when the generator was the bottleneck"),
+)
+"""(field, type, unit, meaning) rows documented in docs/results.md."""
