@@ -1,4 +1,4 @@
-"""Lean MQTT 3.1.1 client transport (QoS 0 and 1) on a plain ``asyncio.Protocol``.
+"""Lean MQTT 3.1.1 client transport (QoS 0, 1 and 2) on a plain ``asyncio.Protocol``.
 
 Built for the hot path of a benchmark: a sender is a closure that frames a PUBLISH with one
 concatenation and hands it to ``transport.write`` without awaiting; a read is parsed in one
@@ -45,6 +45,8 @@ from mqbench.transports.mqtt_codec import (
     MAX_PACKET_ID,
     PINGREQ_BYTES,
     PUBACK,
+    PUBCOMP,
+    PUBREC,
     PUBREL,
     SUBACK_FAILURE,
     Connack,
@@ -74,7 +76,7 @@ class MqttTransport:
 
     name: str = "mqtt"
     protocol: str = "mqtt"
-    max_qos: int = 1
+    max_qos: int = 2
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> MqttClient:
         """Return a new, unconnected client."""
@@ -104,6 +106,7 @@ class MqttClient(asyncio.Protocol):
         "_parser",
         "_ping_outstanding",
         "_qos2_in",
+        "_qos2_out",
         "_requests",
         "_routes",
         "_subs",
@@ -133,6 +136,8 @@ class MqttClient(asyncio.Protocol):
         self._subs: list[tuple[str, MessageHandler]] = []
         self._routes: dict[bytes, MessageHandler] = {}
         self._qos2_in: set[int] = set()
+        self._qos2_out: set[int] = set()
+        """QoS 2 publishes waiting for PUBREC (those past PUBREC wait for PUBCOMP)."""
         self._connack: asyncio.Future[Connack] | None = None
         self._lost: asyncio.Future[None] | None = None
         self._lost_reason: str | None = None
@@ -177,6 +182,7 @@ class MqttClient(asyncio.Protocol):
             # A clean session forgets subscriptions and unacknowledged publishes.
             self._inflight.clear()
             self._qos2_in.clear()
+            self._qos2_out.clear()
             self._subs.clear()
             self._routes.clear()
         stage = "no TCP connection"
@@ -229,8 +235,8 @@ class MqttClient(asyncio.Protocol):
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe ``on_message`` to ``topic`` and wait for a successful SUBACK."""
-        if qos not in (0, 1):
-            raise TransportError(f"mqtt transport supports QoS 0 and 1, not {qos}")
+        if qos not in (0, 1, 2):
+            raise TransportError(f"mqtt transport supports QoS 0, 1 and 2, not {qos}")
         if not self._connected or self._transport is None:
             raise TransportError(f"cannot subscribe to {topic!r}: not connected")
         # Register first: messages may arrive in the same read as the SUBACK.
@@ -273,12 +279,13 @@ class MqttClient(asyncio.Protocol):
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` bound to ``topic`` and ``qos``.
 
-        The frame is written without awaiting. QoS 1: a packet id is allocated per message
-        and ``tag`` is passed to the ack handler when its PUBACK arrives. Returns False when
-        not connected or (QoS 1) when all 65535 packet ids are in flight.
+        The frame is written without awaiting. QoS 1 and 2: a packet id is allocated per
+        message and ``tag`` is passed to the ack handler when the flow completes (PUBACK for
+        QoS 1; PUBCOMP, after PUBREC/PUBREL, for QoS 2). Returns False when not connected or
+        (QoS >= 1) when all 65535 packet ids are in flight.
         """
-        if qos not in (0, 1):
-            raise TransportError(f"mqtt transport supports QoS 0 and 1, not {qos}")
+        if qos not in (0, 1, 2):
+            raise TransportError(f"mqtt transport supports QoS 0, 1 and 2, not {qos}")
         raw_topic = topic.encode("utf-8")
         if not raw_topic or "+" in topic or "#" in topic:
             raise TransportError(f"invalid topic to publish to: {topic!r}")
@@ -306,8 +313,9 @@ class MqttClient(asyncio.Protocol):
         inflight = self._inflight
         requests = self._requests
         pack = _pack_u16
+        awaiting_pubrec = self._qos2_out if qos == 2 else None
 
-        def send_qos1(payload: bytes, tag: int) -> bool:
+        def send_acked(payload: bytes, tag: int) -> bool:
             nonlocal size, prefix
             write = client._write
             if write is None:
@@ -319,15 +327,17 @@ class MqttClient(asyncio.Protocol):
                     return False
             client._next_pid = pid + 1 if pid < MAX_PACKET_ID else 1
             inflight[pid] = tag
+            if awaiting_pubrec is not None:
+                awaiting_pubrec.add(pid)
             n = len(payload)
             if n != size:
-                prefix = publish_prefix(raw_topic, n, 1)
+                prefix = publish_prefix(raw_topic, n, qos)
                 size = n
             write(prefix + pack(pid) + payload)
             client._activity = True
             return True
 
-        return send_qos1
+        return send_acked
 
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` for every PUBACK of a QoS 1 publish."""
@@ -491,7 +501,13 @@ class MqttClient(asyncio.Protocol):
         handler(payload, self._now)
 
     def _on_ack(self, kind: int, packet_id: int) -> None:
-        if kind == PUBACK:
+        if kind == PUBREC:
+            # QoS 2 step 2: release the message; the flow completes with PUBCOMP.
+            if packet_id in self._qos2_out:
+                self._qos2_out.discard(packet_id)
+                self._acks_out.append(bytes((0x62, 2, packet_id >> 8, packet_id & 0xFF)))
+            return
+        if kind in (PUBACK, PUBCOMP):
             tag = self._inflight.pop(packet_id, None)
             if tag is not None:
                 handler = self._ack_handler
@@ -504,7 +520,6 @@ class MqttClient(asyncio.Protocol):
         elif kind == PUBREL:
             self._qos2_in.discard(packet_id)
             self._acks_out.append(PubComp(packet_id).encode())
-        # PUBREC/PUBCOMP only answer QoS 2 publishes, which this client never sends.
 
     def _route(self, topic: bytes) -> MessageHandler | None:
         try:
