@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from mqbench.scenario.model import Scenario
+from mqbench.scenario.model import Churn, Groups, Scenario
 from mqbench.scenario.units import format_number, format_size
 
 
@@ -25,15 +25,40 @@ class Cell:
     duration_s: float
     warmup_s: float
     drain_s: float
+    client: str | None = None
+    resources: str | None = None
+    fanout_subscribers: int = 1
+    fanin_publishers: int = 1
+    fanin_groups: int = 1
+    groups: Groups | None = None
+    persistent: bool = False
+    connect_rate: float = 0.0
+    churn: Churn | None = None
+    search_step: int | None = None
+    """Position in a saturation search (None outside searches)."""
 
     @property
     def publishers(self) -> int:
         """Number of publishing clients."""
+        if self.topology == "fanout":
+            return 1
+        if self.topology == "fanin":
+            return self.fanin_publishers
+        if self.topology == "groups":
+            assert self.groups is not None
+            return sum(g.count for g in self.groups.publishers)
         return self.pairs
 
     @property
     def subscribers(self) -> int:
         """Number of subscribing clients."""
+        if self.topology == "fanout":
+            return self.fanout_subscribers
+        if self.topology == "fanin":
+            return self.fanin_groups
+        if self.topology == "groups":
+            assert self.groups is not None
+            return sum(g.count for g in self.groups.subscribers)
         return self.pairs
 
     @property
@@ -47,6 +72,21 @@ class Cell:
         return self.rate * self.publishers
 
     @property
+    def expected_delivery_rate(self) -> float:
+        """Deliveries per second when nothing is lost (fanout multiplies)."""
+        if self.topology == "fanout":
+            return self.rate * self.fanout_subscribers
+        if self.topology == "groups":
+            assert self.groups is not None
+            sizes = {g.id: g.count for g in self.groups.publishers}
+            return self.rate * sum(
+                sizes[p] * g.count
+                for g in self.groups.subscribers
+                for p in g.expected_publisher_groups
+            )
+        return self.offered_rate
+
+    @property
     def offered_bytes_per_s(self) -> float:
         """Payload bytes per second offered by all publishers together."""
         return self.offered_rate * self.payload_bytes
@@ -57,40 +97,130 @@ class Cell:
         return max(1, round((self.warmup_s + self.duration_s) * self.rate))
 
     @property
+    def size_label(self) -> str:
+        """The topology's size, e.g. ``20pairs``, ``1to500``, ``500to1``."""
+        if self.topology == "pairs":
+            return f"{self.pairs}pairs"
+        if self.topology == "p2p":
+            return f"{self.pairs}p2p"
+        if self.topology == "fanout":
+            return f"1to{self.fanout_subscribers}"
+        if self.topology == "fanin":
+            return f"{self.fanin_publishers}to{self.fanin_groups}"
+        return f"groups{self.publishers}x{self.subscribers}"
+
+    @property
     def id(self) -> str:
         """Stable, readable identifier used as the cell's folder name."""
-        base = (
-            f"{self.target}-{format_size(self.payload_bytes)}-{self.pairs}pairs-"
-            f"{format_number(self.rate)}hz-qos{self.qos}"
-        )
-        return f"{base}-r{self.repeat}" if self.repeat else base
+        parts = [
+            self.target,
+            format_size(self.payload_bytes),
+            self.size_label,
+            f"{format_number(self.rate)}hz",
+            f"qos{self.qos}",
+        ]
+        if self.client:
+            parts.append(self.client)
+        if self.resources:
+            parts.append(self.resources)
+        if self.repeat:
+            parts.append(f"r{self.repeat}")
+        return "-".join(parts)
+
+    @property
+    def base_id(self) -> str:
+        """The id without the repeat suffix (the same configuration across repeats)."""
+        return self.id if not self.repeat else self.id.rsplit("-r", 1)[0]
 
     def params(self) -> dict[str, Any]:
-        """The cell's parameters for the manifest."""
-        return asdict(self)
+        """The cell's parameters for the manifest (JSON-ready)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Groups | Churn):
+                value = value.model_dump(mode="json")
+            out[f.name] = value
+        out["publishers"] = self.publishers
+        out["subscribers"] = self.subscribers
+        return out
 
 
 def expand(scenario: Scenario) -> list[Cell]:
-    """All cells in run order; repeats are interleaved (every cell once, then again)."""
+    """All cells in run order; repeats are interleaved (every cell once, then again).
+
+    With a ``search``, the searched axis takes the search's values in increasing order
+    (``run`` stops stepping a combination once a step crosses a limit).
+    """
     w = scenario.workload
-    axes = itertools.product(scenario.targets, w.payload, w.pairs, w.rate, w.qos)
-    combos = list(axes)
+    pairs: list[int] = list(w.pairs)
+    subs: list[int] = list(w.subscribers)
+    pubs: list[int] = list(w.publishers)
+    rates: list[float] = list(w.rate)
+    search = scenario.search
+    if search is not None:
+        values = search.values
+        if search.axis == "rate":
+            rates = list(values)
+        elif search.axis == "pairs":
+            pairs = [int(v) for v in values]
+        elif search.axis == "subscribers":
+            subs = [int(v) for v in values]
+        else:
+            pubs = [int(v) for v in values]
+    if w.topology not in ("pairs", "p2p"):
+        pairs = [1]
+    if w.topology != "fanout":
+        subs = [1]
+    if w.topology != "fanin":
+        pubs = [1]
+    combos = list(
+        itertools.product(
+            scenario.targets,
+            scenario.client,
+            scenario.resources,
+            w.payload,
+            w.qos,
+            pairs,
+            subs,
+            pubs,
+            rates,
+        )
+    )
     cells: list[Cell] = []
     for repeat in range(scenario.repeat):
-        for target, payload, pairs, rate, qos in combos:
+        for target, client, resources, payload, qos, n_pairs, n_subs, n_pubs, rate in combos:
+            step = None
+            if search is not None:
+                value = {
+                    "rate": rate,
+                    "pairs": n_pairs,
+                    "subscribers": n_subs,
+                    "publishers": n_pubs,
+                }[search.axis]
+                step = search.values.index(value)
             cells.append(
                 Cell(
                     index=len(cells),
                     repeat=repeat,
                     target=target,
                     topology=w.topology,
-                    pairs=pairs,
+                    pairs=n_pairs,
                     rate=rate,
                     payload_bytes=payload,
                     qos=qos,
                     duration_s=w.duration,
                     warmup_s=w.warmup,
                     drain_s=w.drain,
+                    client=client,
+                    resources=resources,
+                    fanout_subscribers=n_subs,
+                    fanin_publishers=n_pubs,
+                    fanin_groups=w.fanin_groups,
+                    groups=w.groups,
+                    persistent=w.is_persistent,
+                    connect_rate=w.connect_rate,
+                    churn=w.churn,
+                    search_step=step,
                 )
             )
     return cells

@@ -6,6 +6,7 @@ combination becomes one *cell* (see ``matrix.py``).
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -33,11 +34,96 @@ def _check_unique(values: list[Any], what: str) -> list[Any]:
     return values
 
 
+Topology = Literal["pairs", "fanout", "fanin", "p2p", "groups"]
+
+
+class PublisherGroup(_Strict):
+    """A group of publishers (topology ``groups``), shaped like tb-mqtt-perf-tests' config."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    count: int = Field(gt=0, le=1_000_000)
+    topic_prefix: str = Field(min_length=1, description="publisher j publishes to prefix + j")
+    client_id_prefix: str | None = None
+
+
+class SubscriberGroup(_Strict):
+    """A group of subscribers sharing one topic filter (topology ``groups``)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    count: int = Field(gt=0, le=1_000_000)
+    topic_filter: str = Field(min_length=1, description="MQTT syntax: / levels, + and #")
+    expected_publisher_groups: list[str] = Field(
+        min_length=1, description="publisher groups whose messages this group must receive"
+    )
+    client_id_prefix: str | None = None
+    persistent: bool | None = Field(
+        default=None, description="clean_session false; default: workload.persistent"
+    )
+
+
+class Groups(_Strict):
+    """Publisher and subscriber groups (topology ``groups``)."""
+
+    publishers: list[PublisherGroup] = Field(min_length=1)
+    subscribers: list[SubscriberGroup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Groups:
+        pub_ids = [g.id for g in self.publishers]
+        sub_ids = [g.id for g in self.subscribers]
+        for ids, what in ((pub_ids, "publisher"), (sub_ids, "subscriber")):
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"duplicate {what} group ids: {ids}")
+        for group in self.subscribers:
+            for expected in group.expected_publisher_groups:
+                if expected not in pub_ids:
+                    raise ValueError(
+                        f"subscriber group {group.id!r} expects publisher group {expected!r}, "
+                        f"which does not exist (have: {', '.join(pub_ids)})"
+                    )
+        return self
+
+
+class Churn(_Strict):
+    """Clients that disconnect and reconnect (same client id) during the run."""
+
+    who: Literal["subscribers", "publishers"] = "subscribers"
+    every: float = Field(gt=0, description="seconds between disconnects")
+    downtime: float = Field(gt=0, description="seconds a client stays away")
+    fraction: float = Field(default=1.0, gt=0, le=1.0, description="share of clients each time")
+    first_after: float = Field(default=0.0, ge=0, description="seconds after warm-up")
+
+    @field_validator("every", "downtime", "first_after", mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
 class Workload(_Strict):
     """What the generator offers: topology, sizes, rates, QoS and timing."""
 
-    topology: Literal["pairs"] = "pairs"
-    pairs: list[Annotated[int, Field(gt=0, le=1_000_000)]] = Field(default=[10])
+    topology: Topology = "pairs"
+    pairs: list[Annotated[int, Field(gt=0, le=1_000_000)]] = Field(
+        default=[10], description="topologies pairs and p2p: publisher/subscriber pairs"
+    )
+    subscribers: list[Annotated[int, Field(gt=0, le=1_000_000)]] = Field(
+        default=[1], description="topology fanout: subscribers of the one publisher"
+    )
+    publishers: list[Annotated[int, Field(gt=0, le=1_000_000)]] = Field(
+        default=[1], description="topology fanin: publishers into the one subscriber"
+    )
+    fanin_groups: int = Field(
+        default=1, ge=1, description="fanin: publisher groups, one wildcard subscriber each"
+    )
+    groups: Groups | None = None
+    persistent: bool | None = Field(
+        default=None,
+        description="clean_session false with stable client ids; default true for p2p",
+    )
+    connect_rate: float = Field(
+        default=0.0, ge=0, description="new connections per second (0: as fast as possible)"
+    )
+    churn: Churn | None = None
     rate: list[Annotated[float, Field(gt=0, le=10_000_000)]] = Field(
         default=[10.0], description="messages per second per publisher"
     )
@@ -49,7 +135,7 @@ class Workload(_Strict):
         default=5.0, ge=0, description="max seconds to wait for in-flight messages at the end"
     )
 
-    @field_validator("pairs", "rate", "qos", mode="before")
+    @field_validator("pairs", "subscribers", "publishers", "rate", "qos", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return _as_list(value)
@@ -72,10 +158,41 @@ class Workload(_Strict):
     def _parse_duration(cls, value: Any) -> float:
         return parse_duration(value)
 
-    @field_validator("pairs", "rate", "payload", "qos")
+    @field_validator("pairs", "subscribers", "publishers", "rate", "payload", "qos")
     @classmethod
     def _unique(cls, value: list[Any]) -> list[Any]:
         return _check_unique(value, "list")
+
+    @model_validator(mode="after")
+    def _topology_fields(self) -> Workload:
+        fields = self.model_fields_set
+        used = {
+            "pairs": {"pairs"},
+            "p2p": {"pairs"},
+            "fanout": {"subscribers"},
+            "fanin": {"publishers", "fanin_groups"},
+            "groups": {"groups"},
+        }[self.topology]
+        for name in ("pairs", "subscribers", "publishers", "fanin_groups", "groups"):
+            if name in fields and name not in used:
+                raise ValueError(
+                    f"'{name}' does not apply to topology {self.topology!r} "
+                    f"(it uses: {', '.join(sorted(used))})"
+                )
+        if self.topology == "groups" and self.groups is None:
+            raise ValueError("topology 'groups' needs a 'groups' section")
+        if self.topology == "fanin" and any(p < self.fanin_groups for p in self.publishers):
+            raise ValueError(
+                f"fanin: every publishers value must be >= fanin_groups ({self.fanin_groups})"
+            )
+        if self.churn is not None and self.churn.downtime >= self.churn.every:
+            raise ValueError("churn.downtime must be shorter than churn.every")
+        return self
+
+    @property
+    def is_persistent(self) -> bool:
+        """Whether clients use persistent sessions (clean_session false)."""
+        return self.persistent if self.persistent is not None else self.topology == "p2p"
 
 
 class Generator(_Strict):
@@ -108,6 +225,31 @@ class Generator(_Strict):
         return parse_duration(value)
 
 
+class SearchStop(_Strict):
+    """When a saturation search stops: the first step that crosses any limit."""
+
+    loss_pct: float | None = Field(default=1.0, ge=0)
+    p99_ms: float | None = Field(default=None, gt=0)
+    generator_saturated: bool = True
+
+
+class Search(_Strict):
+    """Step one axis upwards until the broker (or the generator) cannot keep up."""
+
+    axis: Literal["rate", "pairs", "subscribers", "publishers"]
+    values: list[float] = Field(min_length=2, description="increasing steps to try")
+    stop: SearchStop = SearchStop()
+
+    @field_validator("values")
+    @classmethod
+    def _increasing(cls, value: list[float]) -> list[float]:
+        if any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError(f"search values must be strictly increasing, got {value}")
+        if any(v <= 0 for v in value):
+            raise ValueError("search values must be > 0")
+        return value
+
+
 class BrokerOptions(_Strict):
     """Where and how the broker runs (runtime-specific)."""
 
@@ -136,13 +278,20 @@ class Scenario(_Strict):
     description: str = ""
     targets: list[str]
     runtime: Literal["native", "docker", "external"] = "native"
+    client: list[str | None] = Field(
+        default=[None], description="client per protocol (matrix axis); None = the lean default"
+    )
+    resources: list[str | None] = Field(
+        default=[None], description="docker resource profiles (matrix axis), e.g. 2cpu-4g"
+    )
     workload: Workload = Workload()
+    search: Search | None = None
     generator: Generator = Generator()
     broker: BrokerOptions = BrokerOptions()
     repeat: int = Field(default=1, ge=1, le=1000)
     seed: int = 1
 
-    @field_validator("targets", mode="before")
+    @field_validator("targets", "client", "resources", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return _as_list(value)
@@ -153,7 +302,25 @@ class Scenario(_Strict):
         return _check_unique(value, "targets")
 
     @model_validator(mode="after")
-    def _external_needs_port(self) -> Scenario:
+    def _combinations(self) -> Scenario:
         if self.runtime == "external" and self.broker.port is None:
             raise ValueError("runtime 'external' needs broker.port (where the broker listens)")
+        if self.runtime != "docker" and any(r is not None for r in self.resources):
+            raise ValueError(
+                f"resources profiles set CPU/memory limits of containers; runtime "
+                f"{self.runtime!r} cannot apply them (use runtime: docker)"
+            )
+        if self.search is not None:
+            axis = self.search.axis
+            topology = self.workload.topology
+            applies = {
+                "rate": True,
+                "pairs": topology in ("pairs", "p2p"),
+                "subscribers": topology == "fanout",
+                "publishers": topology == "fanin",
+            }[axis]
+            if not applies:
+                raise ValueError(f"search axis {axis!r} does not apply to topology {topology!r}")
+            if axis != "rate" and any(not float(v).is_integer() for v in self.search.values):
+                raise ValueError(f"search values for {axis!r} must be whole numbers")
         return self

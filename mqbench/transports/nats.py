@@ -51,6 +51,7 @@ from mqbench.transports.nats_codec import (
     encode_subject,
     pub_header,
 )
+from mqbench.transports.topics import to_nats_subject
 
 _time_ns = time.time_ns
 
@@ -65,6 +66,12 @@ COALESCE_LIMIT = 256 << 10
 
 CLOSE_GRACE_S = 2.0
 """How long ``close`` waits for queued bytes to leave before aborting the socket."""
+
+
+def nats_subject(topic: str) -> str:
+    """Scenario topics are MQTT syntax ("/" levels, "+", "#"): translate those to NATS
+    subjects ("." tokens, "*", ">"); a topic without "/" is taken as a NATS subject as is."""
+    return to_nats_subject(topic) if "/" in topic else topic
 
 
 class NatsClient(asyncio.Protocol):
@@ -179,7 +186,7 @@ class NatsClient(asyncio.Protocol):
         if not self._connected:
             raise TransportError(f"cannot subscribe to {topic!r}: nats client is not connected")
         try:
-            subject = encode_subject(topic, wildcards=True)
+            subject = encode_subject(nats_subject(topic), wildcards=True)
         except ValueError as exc:
             raise TransportError(f"cannot subscribe: invalid NATS subject: {exc}") from None
         sid = self._next_sid
@@ -218,7 +225,7 @@ class NatsClient(asyncio.Protocol):
         if qos > 0:
             raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
         try:
-            subject = encode_subject(topic, wildcards=False)
+            subject = encode_subject(nats_subject(topic), wildcards=False)
         except ValueError as exc:
             raise TransportError(f"cannot publish: invalid NATS subject: {exc}") from None
         headers: dict[int, bytes] = {}

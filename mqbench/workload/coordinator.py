@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -19,6 +20,7 @@ START_DELAY_S = 0.5
 """Publishing starts this long after the start signal, so every worker gets it in time."""
 READY_GRACE_S = 30.0
 DONE_TIMEOUT_S = 30.0
+RATE_WINDOW_S = 2.0
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Coordinator:
         duration_s: float,
         drain_s: float,
         connect_timeout_s: float,
+        connect_rate: float = 0.0,
         expected_per_sent: float = 1.0,
         on_progress: ProgressFn | None = None,
         on_workers: Callable[[list[int]], None] | None = None,
@@ -107,11 +110,13 @@ class Coordinator:
         self.run_s = warmup_s + duration_s
         self.drain_s = drain_s
         self.connect_timeout_s = connect_timeout_s
+        self.connect_rate = connect_rate
         self.expected_per_sent = expected_per_sent
         self.on_progress = on_progress
         self.on_workers = on_workers
         self._handles: list[_WorkerHandle] = []
-        self._last_totals = (0, 0, time.monotonic())
+        self._history: deque[tuple[float, int, int]] = deque()
+        self._last_connection_log = 0.0
 
     def run(self) -> LoadOutcome:
         """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
@@ -150,15 +155,25 @@ class Coordinator:
     # -- phases ----------------------------------------------------------------------
 
     def _wait_ready(self) -> int:
-        limit = self.connect_timeout_s * 2 + READY_GRACE_S
+        ramp_s = self.connections / self.connect_rate if self.connect_rate > 0 else 0.0
+        limit = ramp_s + self.connect_timeout_s * 2 + READY_GRACE_S
         deadline = time.monotonic() + limit
         while any(h.ready is None for h in self._handles):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TransportError(f"clients did not all connect within {limit:.0f} s")
             self._poll(min(0.25, remaining), phase="connecting", start_ns=None)
-        connected_ns = max(int(h.ready["connected_ns"]) for h in self._handles if h.ready)
-        self.events.write("clients_connected", connected_ns=connected_ns, count=self.connections)
+            self._log_connections()
+        ready = [h.ready for h in self._handles if h.ready]
+        connected_ns = max(int(r["connected_ns"]) for r in ready)
+        failed = sum(int(r["stats"].get("connect_failed", 0)) for r in ready)
+        self.events.write(
+            "clients_connected",
+            connected_ns=connected_ns,
+            count=self.connections - failed,
+            expected=self.connections,
+            failed=failed,
+        )
         return connected_ns
 
     def _watch(self, start_ns: int) -> int | None:
@@ -197,6 +212,16 @@ class Coordinator:
                 handle.process.join(5)
             handle.conn.close()
 
+    def _log_connections(self) -> None:
+        """A connection-timeline point about once a second while clients connect."""
+        now = time.monotonic()
+        if now - self._last_connection_log < 1.0:
+            return
+        self._last_connection_log = now
+        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
+        failed = sum(int(h.stats.get("connect_failed", 0)) for h in self._handles)
+        self.events.write("connections", connected=connected, failed=failed)
+
     # -- messages --------------------------------------------------------------------
 
     def _poll(
@@ -223,6 +248,9 @@ class Coordinator:
                 handle.stats = data
                 handle.published |= kind == "published"
                 handle.done |= kind == "done"
+            elif kind == "event":
+                details = dict(data)
+                self.events.write(str(details.pop("kind")), worker=handle.plan.worker, **details)
             elif kind == "error":
                 handle.done = True
                 self.events.write("error", worker=handle.plan.worker, message=data)
@@ -237,10 +265,14 @@ class Coordinator:
         received = sum(int(h.stats.get("received", 0)) for h in self._handles)
         failed = sum(int(h.stats.get("send_failed", 0)) for h in self._handles)
         connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
-        last_sent, last_received, last_t = self._last_totals
+        # Rates over the last ~2 s of worker stats (workers report every 0.5 s).
         now = time.monotonic()
+        history = self._history
+        history.append((now, sent, received))
+        while len(history) > 2 and now - history[1][0] >= RATE_WINDOW_S:
+            history.popleft()
+        last_t, last_sent, last_received = history[0]
         dt = max(now - last_t, 1e-6)
-        self._last_totals = (sent, received, now)
         elapsed = (time.time_ns() - start_ns) / 1e9 if start_ns else 0.0
         self.on_progress(
             Progress(

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
+from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
+from mqbench.workload.topology import PubSpec, SubSpec, Topology
 
 MAX_CONNECTIONS_PER_WORKER = 19000
 """Open files are capped at 20000 per process here; keep headroom for records and pipes."""
 AUTO_CONNECTIONS_PER_WORKER = 2000
 """``workers: auto`` adds a process per this many connections (one wake-up per message each)."""
+
+
+@dataclass(frozen=True)
+class ChurnPlan:
+    """When this worker's clients disconnect and come back (times after publishing starts)."""
+
+    who: str
+    every_s: float
+    downtime_s: float
+    fraction: float
+    first_after_s: float
 
 
 @dataclass(frozen=True)
@@ -23,12 +35,9 @@ class WorkerPlan:
     transport: str
     host: str
     port: int
-    topic_prefix: str
-    client_id_prefix: str
-    pubs: tuple[int, int]
-    """Half-open range of cell-local publisher indices this worker runs."""
-    subs: tuple[int, int]
-    """Half-open range of cell-local subscriber indices this worker runs."""
+    publishers: list[PubSpec]
+    """A contiguous range of the cell's publishers (may be empty)."""
+    subscribers: list[SubSpec]
     publishers_total: int
     rate: float
     payload_bytes: int
@@ -37,29 +46,39 @@ class WorkerPlan:
     connect_timeout_s: float
     spin_ns: int
     late_threshold_ns: int
+    persistent: bool = False
+    connect_rate: float = 0.0
+    """Connections per second started by this worker (0: no ramp)."""
+    churn: ChurnPlan | None = None
     connect_concurrency: int = 64
+    client_extra: dict[str, object] = field(default_factory=dict)
 
-    def topic_of_publisher(self, pub: int) -> str:
-        """Pairs topology: every publisher has its own topic."""
-        return f"{self.topic_prefix}/{pub}"
-
-    def topic_of_subscriber(self, sub: int) -> str:
-        """Pairs topology: subscriber ``i`` listens to publisher ``i``'s topic."""
-        return f"{self.topic_prefix}/{sub}"
+    @property
+    def pub_range(self) -> tuple[int, int]:
+        """Half-open range of cell-local publisher indices this worker runs."""
+        if not self.publishers:
+            return (0, 0)
+        return (self.publishers[0].index, self.publishers[-1].index + 1)
 
 
 def worker_count(requested: int | str, connections: int, cpus: int) -> int:
-    """Worker processes for a cell: ``auto`` or a number, never above the per-process fd cap."""
+    """Worker processes for a cell: ``auto`` or a number that fits the per-process fd cap."""
     needed = math.ceil(connections / MAX_CONNECTIONS_PER_WORKER)
     if requested == "auto":
         count = min(max(1, cpus), max(1, math.ceil(connections / AUTO_CONNECTIONS_PER_WORKER)))
         return max(count, needed)
-    return max(int(requested), needed)
+    if int(requested) < needed:
+        raise ScenarioError(
+            f"{connections} connections need at least {needed} worker processes "
+            f"(<= {MAX_CONNECTIONS_PER_WORKER} per process: open files are capped at 20000); "
+            f"generator.workers is {requested}"
+        )
+    return int(requested)
 
 
 def split_range(total: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``[0, total)`` into ``parts`` contiguous ranges whose sizes differ by at most 1."""
-    parts = max(1, min(parts, total))
+    """Split ``[0, total)`` into ``parts`` contiguous ranges (sizes differ by <= 1, may be 0)."""
+    parts = max(1, parts)
     base, extra = divmod(total, parts)
     ranges, start = [], 0
     for i in range(parts):
@@ -69,27 +88,39 @@ def split_range(total: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def routes(cell: Cell) -> list[dict[str, Any]]:
-    """Who receives what (docs/results.md): pairs maps publisher i to subscriber i."""
-    return [{"kind": "pairs", "pubs": [0, cell.publishers], "subs": [0, cell.subscribers]}]
-
-
 def build_plans(
     cell: Cell,
+    topology: Topology,
     *,
     cell_dir: str,
     transport: str,
     host: str,
     port: int,
-    run_tag: str,
     workers: int,
     connect_timeout_s: float,
     spin_ns: int,
     late_threshold_ns: int,
 ) -> list[WorkerPlan]:
-    """Split a pairs cell over ``workers``: each keeps publisher i with its subscriber i."""
+    """Shard a cell over ``workers`` processes.
+
+    Publishers and subscribers are each split into contiguous ranges; with equal counts
+    (pairs, p2p) publisher i and subscriber i land in the same process.
+    """
+    churn = None
+    if cell.churn is not None:
+        churn = ChurnPlan(
+            who=cell.churn.who,
+            every_s=cell.churn.every,
+            downtime_s=cell.churn.downtime,
+            fraction=cell.churn.fraction,
+            first_after_s=cell.warmup_s + cell.churn.first_after,
+        )
+    pub_ranges = split_range(len(topology.publishers), workers)
+    sub_ranges = split_range(len(topology.subscribers), workers)
     plans = []
-    for w, (lo, hi) in enumerate(split_range(cell.pairs, workers)):
+    for w in range(workers):
+        pa, pb = pub_ranges[w]
+        sa, sb = sub_ranges[w]
         plans.append(
             WorkerPlan(
                 worker=w,
@@ -97,11 +128,9 @@ def build_plans(
                 transport=transport,
                 host=host,
                 port=port,
-                topic_prefix=f"mqbench/{run_tag}/{cell.index}",
-                client_id_prefix=f"mqb-{run_tag}-{cell.index}",
-                pubs=(lo, hi),
-                subs=(lo, hi),
-                publishers_total=cell.publishers,
+                publishers=topology.publishers[pa:pb],
+                subscribers=topology.subscribers[sa:sb],
+                publishers_total=len(topology.publishers),
                 rate=cell.rate,
                 payload_bytes=cell.payload_bytes,
                 qos=cell.qos,
@@ -109,6 +138,9 @@ def build_plans(
                 connect_timeout_s=connect_timeout_s,
                 spin_ns=spin_ns,
                 late_threshold_ns=late_threshold_ns,
+                persistent=topology.persistent,
+                connect_rate=cell.connect_rate / workers if cell.connect_rate else 0.0,
+                churn=churn,
             )
         )
     return plans

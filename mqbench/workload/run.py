@@ -19,11 +19,13 @@ from mqbench.records.manifest import Manifest
 from mqbench.records.results import check_output_root, create_result_dir
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Scenario
-from mqbench.transports.registry import get_transport
+from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.events import EventLog
-from mqbench.workload.plan import build_plans, routes, worker_count
+from mqbench.workload.plan import build_plans, worker_count
+from mqbench.workload.search import SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
+from mqbench.workload.topology import build_topology
 
 
 class RunReporter(Protocol):
@@ -68,22 +70,36 @@ class RunInterrupted(MqbenchError):
 def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
     """Reject what cannot run before anything is created or started."""
     check_output_root(out_root)
+    check_combinations(scenario, cells)
     runtime = get_runtime(scenario.runtime)
     for target_name in scenario.targets:
-        target = get_target(target_name)
-        transport = get_transport(target.transport)
-        for qos in scenario.workload.qos:
-            if qos > transport.max_qos:
-                raise ScenarioError(
-                    f"target {target_name!r}: QoS {qos} is not supported by the "
-                    f"{target.transport} transport (max QoS {transport.max_qos})"
-                )
         availability = runtime.availability(target_name)
         if not availability.available:
             raise BrokerError(f"target {target_name!r}: {availability.reason}")
+
+
+def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
+    """Reject impossible combinations (QoS, clients, topologies, shards) with the reason."""
+    for target_name in scenario.targets:
+        target = get_target(target_name)
+        for client in scenario.client:
+            name = resolve_client(target.transport, client)
+            transport = get_transport(name)
+            for qos in scenario.workload.qos:
+                if qos > transport.max_qos:
+                    raise ScenarioError(
+                        f"target {target_name!r}: QoS {qos} is not supported by the "
+                        f"{name} client (max QoS {transport.max_qos})"
+                    )
+            if scenario.workload.is_persistent and target.transport != "mqtt":
+                raise ScenarioError(
+                    f"target {target_name!r}: persistent sessions are an MQTT feature; "
+                    f"{target.transport} has no equivalent here (set workload.persistent: false)"
+                )
     cpus = os.cpu_count() or 1
     for cell in cells:
         worker_count(scenario.generator.workers, cell.connections, cpus)
+        build_topology(cell, "check", scenario.seed)
 
 
 def run_scenario(
@@ -107,9 +123,27 @@ def run_scenario(
     manifest.save()
     reporter.run_started(result_dir, cells)
     run_tag = secrets.token_hex(3)
+    search = SearchTracker(scenario.search) if scenario.search is not None else None
     try:
         for cell in cells:
+            if search is not None and search.should_skip(cell):
+                manifest.add_cell(
+                    {
+                        "id": cell.id,
+                        "index": cell.index,
+                        "repeat": cell.repeat,
+                        "status": "skipped",
+                        "error": None,
+                        "params": cell.params(),
+                        "skip_reason": search.skip_reason(cell),
+                    }
+                )
+                continue
             _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
+            if search is not None:
+                search.observe(cell, manifest.cell(cell.id), result_dir / "cells" / cell.id)
+                manifest.data["search"] = search.report()
+                manifest.save()
     except KeyboardInterrupt:
         manifest.finish("interrupted", "interrupted by the user (Ctrl-C)")
         raise RunInterrupted(f"interrupted; records so far are flushed in {result_dir}") from None
@@ -119,7 +153,7 @@ def run_scenario(
     except BaseException as exc:
         manifest.finish("failed", f"{type(exc).__name__}: {exc}")
         raise
-    statuses = [c["status"] for c in manifest.data["cells"]]
+    statuses = [c["status"] for c in manifest.data["cells"] if c["status"] != "skipped"]
     status = "completed" if any(s == "completed" for s in statuses) else "failed"
     errors = [c["error"] for c in manifest.data["cells"] if c.get("error")]
     manifest.finish(status, errors[0] if status == "failed" and errors else None)
@@ -135,12 +169,15 @@ def _run_cell(
     run_tag: str,
 ) -> None:
     target = get_target(cell.target)
+    client = resolve_client(target.transport, cell.client)
     cell_dir = result_dir / "cells" / cell.id
     cell_dir.mkdir(parents=True)
     workers = worker_count(scenario.generator.workers, cell.connections, os.cpu_count() or 1)
+    topology = build_topology(cell, run_tag, scenario.seed)
     params = {
         **cell.params(),
-        "transport": target.transport,
+        "protocol": target.transport,
+        "transport": client,
         "runtime": scenario.runtime,
         "workers": workers,
     }
@@ -155,7 +192,8 @@ def _run_cell(
             "offered_rate": cell.offered_rate,
             "publishers": cell.publishers,
             "subscribers": cell.subscribers,
-            "routes": routes(cell),
+            "expected_delivery_rate": cell.expected_delivery_rate,
+            "routes": topology.routes,
         }
     )
     reporter.cell_started(cell)
@@ -170,7 +208,7 @@ def _run_cell(
                 workdir=cell_dir / "broker",
                 host=scenario.broker.host,
                 port=scenario.broker.port,
-                options={"pid": scenario.broker.pid} if scenario.broker.pid else {},
+                options=_broker_options(scenario, cell),
                 startup_timeout_s=scenario.broker.startup_timeout,
             )
         )
@@ -182,11 +220,11 @@ def _run_cell(
         reporter.phase(cell, f"connecting {cell.connections} clients")
         plans = build_plans(
             cell,
+            topology,
             cell_dir=str(cell_dir),
-            transport=target.transport,
+            transport=client,
             host=broker.endpoint.host,
             port=broker.endpoint.port,
-            run_tag=run_tag,
             workers=workers,
             connect_timeout_s=scenario.generator.connect_timeout,
             spin_ns=int(scenario.generator.spin_ms * 1e6),
@@ -201,6 +239,8 @@ def _run_cell(
             duration_s=cell.duration_s,
             drain_s=cell.drain_s,
             connect_timeout_s=scenario.generator.connect_timeout,
+            connect_rate=cell.connect_rate,
+            expected_per_sent=cell.expected_delivery_rate / cell.offered_rate,
             on_progress=lambda p: reporter.progress(cell, p),
             on_workers=lambda pids: sampler.add_role("generator", pids),
         )
@@ -226,6 +266,15 @@ def _run_cell(
             broker.stop()
             events.write("broker_stopped")
         events.close()
+
+
+def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if scenario.broker.pid:
+        options["pid"] = scenario.broker.pid
+    if cell.resources:
+        options["profile"] = cell.resources
+    return options
 
 
 def _record_outcome(

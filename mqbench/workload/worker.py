@@ -3,7 +3,7 @@
 The parent talks to it over a ``multiprocessing`` pipe:
 
     worker -> parent  ("ready", info) | ("stats", stats) | ("published", stats)
-                      | ("done", stats) | ("error", message)
+                      | ("event", event) | ("done", stats) | ("error", message)
     parent -> worker  ("start", start_ns) | ("stop", None)
 """
 
@@ -11,23 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import math
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from mqbench.errors import MqbenchError
-from mqbench.records.format import HEADER, SEND_ACK, SEND_FAILED, SEND_OK
+from mqbench.errors import MqbenchError, TransportError
+from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.writer import RecordWriter
-from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler
+from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.schedule import InterleavedSchedule, PublishLoop
+from mqbench.workload.topology import PubSpec, SubSpec
 
 STATS_INTERVAL_S = 0.5
 LOOP_LAG_PROBE_S = 0.05
+
+
+def _never(payload: bytes, tag: int) -> bool:
+    return False
 
 
 class Worker:
@@ -39,12 +47,18 @@ class Worker:
         cell_dir = Path(plan.cell_dir)
         self.deliveries = RecordWriter(cell_dir / f"deliveries-{plan.worker}.bin")
         self.sends = RecordWriter(cell_dir / f"sends-{plan.worker}.bin")
-        self.subscribers: list[Client] = []
-        self.publishers: list[Client] = []
+        self.transport = get_transport(plan.transport)
+        self.endpoint = Endpoint(plan.host, plan.port)
+        self.subscribers: list[Client | None] = [None] * len(plan.subscribers)
+        self.publishers: list[Client | None] = [None] * len(plan.publishers)
         self.sent_ok = 0
         self.send_failed = 0
         self.acked = 0
         self.disconnects = 0
+        self.reconnects = 0
+        self.connect_failed = 0
+        self.first_connect_error: str | None = None
+        self.connected_ns = 0
         self.max_loop_lag_ns = 0
         self._start: asyncio.Future[int] | None = None
         self._stop: asyncio.Event | None = None
@@ -55,9 +69,13 @@ class Worker:
 
     # -- control channel -------------------------------------------------------------
 
-    def _send(self, kind: str, data: Any) -> None:
+    def send_message(self, kind: str, data: Any) -> None:
+        """Send one message to the parent (ignored when the parent is gone)."""
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send((kind, data))
+
+    def _event(self, kind: str, **details: Any) -> None:
+        self.send_message("event", {"kind": kind, "t_ns": time.time_ns(), **details})
 
     def _on_control(self) -> None:
         try:
@@ -77,7 +95,7 @@ class Worker:
     def stats(self) -> dict[str, Any]:
         """Counters reported to the parent (cumulative)."""
         loop_stats = self._loop_task.stats if self._loop_task else None
-        pending = sum(c.pending_write_bytes() for c in self.publishers if c.connected)
+        clients = [c for c in self.publishers + self.subscribers if c is not None]
         return {
             "worker": self.plan.worker,
             "pid": os.getpid(),
@@ -89,9 +107,13 @@ class Worker:
             "late": loop_stats.late if loop_stats else 0,
             "max_send_lag_ns": loop_stats.max_lag_ns if loop_stats else 0,
             "max_loop_lag_ns": self.max_loop_lag_ns,
-            "connected": sum(c.connected for c in self.subscribers + self.publishers),
+            "connected": sum(c.connected for c in clients),
+            "connect_failed": self.connect_failed,
+            "first_connect_error": self.first_connect_error,
+            "connected_ns": self.connected_ns,
             "disconnects": self.disconnects,
-            "pending_write_bytes": pending,
+            "reconnects": self.reconnects,
+            "pending_write_bytes": sum(c.pending_write_bytes() for c in clients if c.connected),
             "cpu_s": time.process_time(),
             "publish_cpu_fraction": self._publish_cpu_fraction(),
             "t_ns": time.time_ns(),
@@ -107,15 +129,17 @@ class Worker:
 
     # -- clients ---------------------------------------------------------------------
 
-    def _options(self, client_id: str) -> ClientOptions:
+    def _options(self, client_id: str, persistent: bool) -> ClientOptions:
         def on_event(kind: str, details: dict[str, Any]) -> None:
             if kind == "disconnected" and not self._closing:
                 self.disconnects += 1
 
         return ClientOptions(
             client_id=client_id,
+            clean_session=not persistent,
             connect_timeout_s=self.plan.connect_timeout_s,
             on_event=on_event,
+            extra=dict(self.plan.client_extra),
         )
 
     def _delivery_handler(self, sub: int) -> MessageHandler:
@@ -128,56 +152,83 @@ class Worker:
 
         return on_message
 
+    async def _open_subscriber(self, spec: SubSpec, client: Client | None = None) -> Client:
+        if client is None:
+            client = self.transport.create_client(
+                self.endpoint, self._options(spec.client_id, spec.persistent)
+            )
+        await client.connect()
+        await client.subscribe(spec.topic_filter, self.plan.qos, self._delivery_handler(spec.index))
+        return client
+
+    async def _open_publisher(self, spec: PubSpec, client: Client | None = None) -> Client:
+        if client is None:
+            client = self.transport.create_client(
+                self.endpoint, self._options(spec.client_id, self.plan.persistent)
+            )
+        await client.connect()
+        return client
+
     async def _connect_all(self) -> None:
+        """Connect subscribers (subscribed before anyone publishes), then publishers.
+
+        Connections start at ``connect_rate`` per second when a ramp is asked for. A
+        client that cannot connect is counted, not fatal: a broker that refuses more
+        connections shows as a plateau (and as loss or failed sends), as in mq-bench.
+        Only when no client at all connects is it an error.
+        """
         plan = self.plan
-        transport = get_transport(plan.transport)
-        endpoint = Endpoint(plan.host, plan.port)
         gate = asyncio.Semaphore(plan.connect_concurrency)
+        interval = 1.0 / plan.connect_rate if plan.connect_rate > 0 else 0.0
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        slot = 0
 
-        async def open_subscriber(sub: int) -> Client:
-            client = transport.create_client(
-                endpoint, self._options(f"{plan.client_id_prefix}-s{sub}")
-            )
+        async def attempt(k: int, opener: Callable[[], Awaitable[Client]]) -> Client | None:
+            if interval:
+                await asyncio.sleep(max(0.0, t0 + k * interval - loop.time()))
             async with gate:
-                await client.connect()
-                await client.subscribe(
-                    plan.topic_of_subscriber(sub), plan.qos, self._delivery_handler(sub)
-                )
+                try:
+                    client = await opener()
+                except TransportError as exc:
+                    self.connect_failed += 1
+                    self.first_connect_error = self.first_connect_error or str(exc)
+                    return None
+            self.connected_ns = time.time_ns()
             return client
 
-        async def open_publisher(pub: int) -> Client:
-            client = transport.create_client(
-                endpoint, self._options(f"{plan.client_id_prefix}-p{pub}")
-            )
-            async with gate:
-                await client.connect()
-            return client
-
-        # Subscribers first: every subscription is confirmed before anyone publishes.
-        self.subscribers = list(
-            await asyncio.gather(*(open_subscriber(s) for s in range(*plan.subs)))
-        )
-        self.publishers = list(
-            await asyncio.gather(*(open_publisher(p) for p in range(*plan.pubs)))
-        )
+        sub_tasks = []
+        for spec in plan.subscribers:
+            sub_tasks.append(attempt(slot, functools.partial(self._open_subscriber, spec)))
+            slot += 1
+        self.subscribers = list(await asyncio.gather(*sub_tasks))
+        pub_tasks = []
+        for pub_spec in plan.publishers:
+            pub_tasks.append(attempt(slot, functools.partial(self._open_publisher, pub_spec)))
+            slot += 1
+        self.publishers = list(await asyncio.gather(*pub_tasks))
+        total = len(plan.subscribers) + len(plan.publishers)
+        if total and self.connect_failed == total:
+            raise TransportError(f"no client could connect: {self.first_connect_error}")
 
     # -- publishing ------------------------------------------------------------------
 
-    def _make_send(self) -> Any:
+    def _make_send(self) -> Callable[[int, int, int], None]:
         plan = self.plan
-        first = plan.pubs[0]
+        first = plan.pub_range[0]
         pad = bytes(plan.payload_bytes - HEADER.size)
         pack = HEADER.pack
         time_ns = time.time_ns
         record = self.sends.append
-        senders = [
-            client.sender(plan.topic_of_publisher(first + i), plan.qos)
-            for i, client in enumerate(self.publishers)
+        senders: list[Sender] = [
+            client.sender(spec.topic, plan.qos) if client is not None else _never
+            for spec, client in zip(plan.publishers, self.publishers, strict=True)
         ]
         pending: list[dict[int, int]] = [{} for _ in self.publishers]
         if plan.qos > 0:
             for i, client in enumerate(self.publishers):
-                client.set_ack_handler(self._ack_handler(first + i, pending[i]))
+                if client is not None:
+                    client.set_ack_handler(self._ack_handler(first + i, pending[i]))
         track_acks = plan.qos > 0
 
         def send(pub: int, seq: int, intended: int) -> None:
@@ -193,13 +244,13 @@ class Worker:
 
         return send
 
-    def _ack_handler(self, pub: int, pending: dict[int, int]) -> Any:
+    def _ack_handler(self, pub: int, pending: dict[int, int]) -> Callable[[int, int], None]:
         record = self.sends.append
 
         def on_ack(seq: int, t_ack: int) -> None:
             t_sent = pending.pop(seq, None)
             if t_sent is not None:
-                record(t_sent, min((t_ack - t_sent) // 100, 2**31 - 1), pub, SEND_ACK, seq)
+                record(t_sent, min((t_ack - t_sent) // 100, LAT_MAX), pub, SEND_ACK, seq)
                 self.acked += 1
 
         return on_ack
@@ -207,7 +258,7 @@ class Worker:
     async def _report_stats(self) -> None:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
-            self._send("stats", self.stats())
+            self.send_message("stats", self.stats())
 
     async def _probe_loop_lag(self) -> None:
         loop = asyncio.get_running_loop()
@@ -217,6 +268,51 @@ class Worker:
             lag = int((loop.time() - before - LOOP_LAG_PROBE_S) * 1e9)
             self.max_loop_lag_ns = max(self.max_loop_lag_ns, lag)
 
+    async def _churn(self, start_ns: int, end_ns: int) -> None:
+        """Disconnect a share of clients every ``every`` seconds and bring them back."""
+        churn = self.plan.churn
+        assert churn is not None
+        is_subs = churn.who == "subscribers"
+        specs: list[Any] = list(self.plan.subscribers if is_subs else self.plan.publishers)
+        clients = self.subscribers if is_subs else self.publishers
+        if not specs:
+            return
+        count = max(1, math.ceil(churn.fraction * len(specs)))
+        offset = 0
+        t = start_ns + int(churn.first_after_s * 1e9)
+        while t + int(churn.downtime_s * 1e9) < end_ns:
+            await asyncio.sleep(max(0.0, (t - time.time_ns()) / 1e9))
+            chosen = [(offset + k) % len(specs) for k in range(count)]
+            offset = (offset + count) % len(specs)
+            ids = [specs[k].client_id for k in chosen]
+            await asyncio.gather(
+                *(c.close() for k in chosen if (c := clients[k]) is not None),
+                return_exceptions=True,
+            )
+            self._event("churn_disconnected", who=churn.who, clients=ids)
+            await asyncio.sleep(churn.downtime_s)
+            failed = 0
+            for k in chosen:
+                try:
+                    clients[k] = await self._reopen(specs[k], clients[k], is_subs)
+                    self.reconnects += 1
+                except TransportError as exc:
+                    failed += 1
+                    self._event("error", message=f"reconnect of {specs[k].client_id}: {exc}")
+            self._event("churn_reconnected", who=churn.who, clients=ids, failed=failed)
+            t += int(churn.every_s * 1e9)
+
+    async def _reopen(self, spec: Any, client: Client | None, is_sub: bool) -> Client:
+        """Reconnect with the same client id, reusing the client object when it can."""
+        opener = self._open_subscriber if is_sub else self._open_publisher
+        if client is not None:
+            try:
+                return await opener(spec, client)
+            except TransportError as exc:
+                if "already" not in str(exc) and "once" not in str(exc):
+                    raise
+        return await opener(spec)
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -225,31 +321,28 @@ class Worker:
         self._start = loop.create_future()
         self._stop = asyncio.Event()
         loop.add_reader(self.conn.fileno(), self._on_control)
-        background: list[asyncio.Task[None]] = []
+        background: list[asyncio.Task[None]] = [asyncio.create_task(self._report_stats())]
         try:
             await self._connect_all()
-            self._send("ready", {"connected_ns": time.time_ns(), "stats": self.stats()})
+            self.send_message("ready", {"connected_ns": self.connected_ns, "stats": self.stats()})
             try:
                 start_ns = await self._start
             except asyncio.CancelledError:
                 return
-            background = [
-                asyncio.create_task(self._report_stats()),
-                asyncio.create_task(self._probe_loop_lag()),
-            ]
-            schedule = (
-                InterleavedSchedule(
+            background.append(asyncio.create_task(self._probe_loop_lag()))
+            first, last = self.plan.pub_range
+            end_ns = start_ns + int(self.plan.messages_per_publisher / self.plan.rate * 1e9)
+            if self.plan.churn is not None:
+                background.append(asyncio.create_task(self._churn(start_ns, end_ns)))
+            if first < last:
+                schedule = InterleavedSchedule(
                     start_ns,
                     self.plan.rate,
                     self.plan.publishers_total,
-                    self.plan.pubs[0],
-                    self.plan.pubs[1],
+                    first,
+                    last,
                     self.plan.messages_per_publisher,
                 )
-                if self.plan.pubs[0] < self.plan.pubs[1]
-                else None
-            )
-            if schedule is not None:
                 self._loop_task = PublishLoop(
                     schedule,
                     self._make_send(),
@@ -261,7 +354,7 @@ class Worker:
                 self._publish_cpu = [time.process_time(), time.monotonic()]
                 await self._loop_task.run()
                 self._publish_cpu += [time.process_time(), time.monotonic()]
-            self._send("published", self.stats())
+            self.send_message("published", self.stats())
             await self._stop.wait()
         finally:
             for task in background:
@@ -278,18 +371,24 @@ class Worker:
 
     async def _close_all(self) -> None:
         self._closing = True
-        for client in self.publishers:
+        publishers = [c for c in self.publishers if c is not None]
+        for client in publishers:
             with contextlib.suppress(Exception):
                 await client.flush(1.0)
-        await asyncio.gather(
-            *(c.close() for c in self.publishers + self.subscribers), return_exceptions=True
-        )
+        clients = publishers + [c for c in self.subscribers if c is not None]
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
 def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Process entry point: SIGINT is the parent's to handle; it sends ``stop``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = Worker(plan, conn)
+    try:
+        worker = Worker(plan, conn)
+    except MqbenchError as exc:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            conn.send(("error", str(exc)))
+        conn.close()
+        return
     try:
         try:
             import uvloop
@@ -298,10 +397,10 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
             runner = asyncio.run
         runner(worker.run())
-        worker._send("done", worker.stats())
+        worker.send_message("done", worker.stats())
     except MqbenchError as exc:
-        worker._send("error", str(exc))
+        worker.send_message("error", str(exc))
     except Exception as exc:  # report, never hang the parent
-        worker._send("error", f"worker {plan.worker} crashed: {type(exc).__name__}: {exc}")
+        worker.send_message("error", f"worker {plan.worker} crashed: {type(exc).__name__}: {exc}")
     finally:
         conn.close()

@@ -1,5 +1,9 @@
+import pytest
+
+from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.plan import build_plans, split_range, worker_count
+from mqbench.workload.plan import WorkerPlan, build_plans, split_range, worker_count
+from mqbench.workload.topology import build_topology
 from mqbench.workload.selfcheck import generator_verdict
 
 
@@ -10,35 +14,52 @@ def cell(pairs: int) -> Cell:
 def test_ranges_cover_everything_once_with_sizes_within_one() -> None:
     ranges = split_range(10, 3)
     assert ranges == [(0, 4), (4, 7), (7, 10)]
-    assert split_range(2, 5) == [(0, 1), (1, 2)]
+    assert split_range(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
 
 
 def test_auto_workers_scale_with_connections_and_respect_the_fd_cap() -> None:
     assert worker_count("auto", 40, cpus=2) == 1
     assert worker_count("auto", 6000, cpus=2) == 2
-    # 18000 connections fit one process below the 20000-file cap; 40000 never do
+    # 18000 connections fit one process below the 20000-file cap
     assert worker_count(1, 18000, cpus=2) == 1
-    assert worker_count(1, 40000, cpus=2) == 3
     assert worker_count("auto", 40000, cpus=2) == 3
 
 
-def test_pairs_plans_keep_each_publisher_with_its_subscriber() -> None:
-    plans = build_plans(
-        cell(5),
+def test_too_few_explicit_workers_for_the_connections_is_rejected() -> None:
+    with pytest.raises(ScenarioError, match="need at least 3 worker processes"):
+        worker_count(1, 40000, cpus=2)
+
+
+def plans_for(cell: Cell, workers: int) -> list[WorkerPlan]:
+    return build_plans(
+        cell,
+        build_topology(cell, "abc"),
         cell_dir="/tmp/x",
         transport="nats",
         host="127.0.0.1",
         port=4222,
-        run_tag="abc",
-        workers=2,
+        workers=workers,
         connect_timeout_s=5,
         spin_ns=0,
         late_threshold_ns=1,
     )
-    assert [(p.pubs, p.subs) for p in plans] == [((0, 3), (0, 3)), ((3, 5), (3, 5))]
+
+
+def test_pairs_plans_keep_each_publisher_with_its_subscriber() -> None:
+    plans = plans_for(cell(5), 2)
+    assert [p.pub_range for p in plans] == [(0, 3), (3, 5)]
+    for plan in plans:
+        assert [s.index for s in plan.subscribers] == list(range(*plan.pub_range))
+        for pub, sub in zip(plan.publishers, plan.subscribers, strict=True):
+            assert pub.topic == sub.topic_filter
     assert all(p.publishers_total == 5 for p in plans)
-    assert plans[1].topic_of_publisher(4) == plans[1].topic_of_subscriber(4)
-    assert plans[0].topic_of_publisher(0) != plans[0].topic_of_publisher(1)
+
+
+def test_fanout_shards_subscribers_and_leaves_other_workers_without_publishers() -> None:
+    fan = Cell(0, 0, "nats", "fanout", 1, 10.0, 64, 0, 10.0, 1.0, 1.0, fanout_subscribers=5)
+    plans = plans_for(fan, 2)
+    assert [p.pub_range for p in plans] == [(0, 1), (0, 0)]
+    assert [len(p.subscribers) for p in plans] == [3, 2]
 
 
 def test_generator_is_flagged_when_sends_are_late() -> None:

@@ -1,0 +1,150 @@
+"""Who publishes where and who subscribes to what, for every topology of a cell.
+
+Every topology is expressed as indexed publishers and subscribers (cell-local indices,
+which are also the ``pub``/``sub`` fields of the records) and *routes* saying which
+subscribers must receive each publisher's messages (docs/results.md).
+
+- ``pairs``: publisher i -> ``<prefix>/<i>`` -> subscriber i (the mq-bench paper).
+- ``p2p``: like pairs with TBMQ's P2P shape: publisher i -> ``europe/ua/kyiv/<i>/data``,
+  subscriber i filters ``europe/ua/kyiv/<i>/+``; persistent sessions by default.
+- ``fanout``: one publisher -> one topic -> N subscribers.
+- ``fanin``: N publishers in G groups -> ``<CC>/<random>/<group>/<client id>`` -> one
+  subscriber per group with the filter ``<CC>/<random>/<group>/+`` (TBMQ's fan-in shape).
+- ``groups``: publisher and subscriber groups with topic prefixes and filters and the
+  publisher groups each subscriber group expects (tb-mqtt-perf-tests' config).
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from mqbench.errors import ScenarioError
+from mqbench.scenario.matrix import Cell
+from mqbench.transports.topics import is_filter, topic_matches
+
+COUNTRY_CODES = ("ua", "us", "de", "fr", "pl", "gb", "it", "es", "nl", "se")
+
+
+@dataclass(frozen=True)
+class PubSpec:
+    """One publisher: record index, client id, topic."""
+
+    index: int
+    client_id: str
+    topic: str
+
+
+@dataclass(frozen=True)
+class SubSpec:
+    """One subscriber: record index, client id, topic filter, persistence."""
+
+    index: int
+    client_id: str
+    topic_filter: str
+    persistent: bool
+
+
+@dataclass(frozen=True)
+class Topology:
+    """All clients of a cell and the routes between them."""
+
+    publishers: list[PubSpec]
+    subscribers: list[SubSpec]
+    routes: list[dict[str, Any]]
+    persistent: bool
+
+
+def build_topology(cell: Cell, run_tag: str, seed: int = 1) -> Topology:
+    """Build the clients and routes of ``cell``; client ids are unique per run."""
+    ids = f"mqb{run_tag}c{cell.index}"
+    persistent = cell.persistent
+    if cell.topology in ("pairs", "p2p"):
+        n = cell.pairs
+        if cell.topology == "pairs":
+            topics = [f"mqbench/{run_tag}/{cell.index}/{i}" for i in range(n)]
+            filters = topics
+        else:
+            topics = [f"europe/ua/kyiv/{run_tag}{i}/data" for i in range(n)]
+            filters = [f"europe/ua/kyiv/{run_tag}{i}/+" for i in range(n)]
+        pubs = [PubSpec(i, f"{ids}p{i}", topics[i]) for i in range(n)]
+        subs = [SubSpec(i, f"{ids}s{i}", filters[i], persistent) for i in range(n)]
+        routes = [{"kind": "pairs", "pubs": [0, n], "subs": [0, n]}]
+        return Topology(pubs, subs, routes, persistent)
+    if cell.topology == "fanout":
+        topic = f"mqbench/{run_tag}/{cell.index}/fanout"
+        n = cell.fanout_subscribers
+        pubs = [PubSpec(0, f"{ids}p0", topic)]
+        subs = [SubSpec(j, f"{ids}s{j}", topic, persistent) for j in range(n)]
+        return Topology(pubs, subs, [{"kind": "all", "pubs": [0, 1], "subs": [0, n]}], persistent)
+    if cell.topology == "fanin":
+        return _fanin(cell, ids, run_tag, seed, persistent)
+    return _groups(cell, ids, persistent)
+
+
+def _fanin(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
+    rng = random.Random(f"{seed}-{cell.index}")
+    groups = cell.fanin_groups
+    prefixes = [
+        f"{rng.choice(COUNTRY_CODES)}/"
+        f"{run_tag}{''.join(rng.choices(string.ascii_lowercase, k=5))}/{g}"
+        for g in range(groups)
+    ]
+    pubs: list[PubSpec] = []
+    routes: list[dict[str, Any]] = []
+    sizes = [
+        cell.fanin_publishers // groups + (g < cell.fanin_publishers % groups)
+        for g in range(groups)
+    ]
+    for g, size in enumerate(sizes):
+        first = len(pubs)
+        for _ in range(size):
+            client_id = f"{ids}p{len(pubs)}"
+            pubs.append(PubSpec(len(pubs), client_id, f"{prefixes[g]}/{client_id}"))
+        routes.append({"kind": "all", "pubs": [first, len(pubs)], "subs": [g, g + 1]})
+    subs = [SubSpec(g, f"{ids}s{g}", f"{prefixes[g]}/+", persistent) for g in range(groups)]
+    return Topology(pubs, subs, routes, persistent)
+
+
+def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
+    assert cell.groups is not None
+    pubs: list[PubSpec] = []
+    ranges: dict[str, tuple[int, int]] = {}
+    for pgroup in cell.groups.publishers:
+        prefix = pgroup.client_id_prefix or f"{ids}{pgroup.id}-"
+        first = len(pubs)
+        for j in range(pgroup.count):
+            pubs.append(PubSpec(len(pubs), f"{prefix}{j}", f"{pgroup.topic_prefix}{j}"))
+        ranges[pgroup.id] = (first, len(pubs))
+    subs: list[SubSpec] = []
+    routes: list[dict[str, Any]] = []
+    for group in cell.groups.subscribers:
+        prefix = group.client_id_prefix or f"{ids}{group.id}-"
+        keep = group.persistent if group.persistent is not None else persistent
+        first = len(subs)
+        for j in range(group.count):
+            subs.append(SubSpec(len(subs), f"{prefix}{j}", group.topic_filter, keep))
+        for pub_group in cell.groups.publishers:
+            a, b = ranges[pub_group.id]
+            sample = [pubs[a].topic, pubs[b - 1].topic]
+            matches = [topic_matches(group.topic_filter, t) for t in sample]
+            expected = pub_group.id in group.expected_publisher_groups
+            if expected and not all(matches):
+                raise ScenarioError(
+                    f"subscriber group {group.id!r}: filter {group.topic_filter!r} does not "
+                    f"match publisher group {pub_group.id!r}'s topics (e.g. {sample[0]!r})"
+                )
+            if not expected and any(matches):
+                raise ScenarioError(
+                    f"subscriber group {group.id!r}: filter {group.topic_filter!r} also "
+                    f"matches publisher group {pub_group.id!r}, which it does not expect; "
+                    f"add it to expected_publisher_groups or narrow the filter"
+                )
+            if expected:
+                routes.append({"kind": "all", "pubs": [a, b], "subs": [first, len(subs)]})
+    for pub in pubs:
+        if is_filter(pub.topic):
+            raise ScenarioError(f"publisher topic {pub.topic!r} contains a wildcard")
+    return Topology(pubs, subs, routes, persistent)
