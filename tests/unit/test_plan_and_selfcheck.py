@@ -3,8 +3,8 @@ import pytest
 from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.plan import WorkerPlan, build_plans, split_range, worker_count
-from mqbench.workload.topology import build_topology
 from mqbench.workload.selfcheck import generator_verdict
+from mqbench.workload.topology import build_topology
 
 
 def cell(pairs: int) -> Cell:
