@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,12 @@ from mqbench import __version__
 from mqbench.cli.errors import guarded
 from mqbench.errors import UsageError
 
-console = Console(highlight=False, soft_wrap=True)
+# Piped output (CI logs, files) gets a wide console so tables are not squeezed to 80 columns.
+console = Console(
+    highlight=False,
+    soft_wrap=True,
+    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
+)
 
 app = typer.Typer(
     name="mqbench",
@@ -101,21 +107,22 @@ def run(
 def _print_cells(scenario: Any, cells: list[Any]) -> None:
     from mqbench.workload.plan import worker_count
 
-    table = Table(title=f"{scenario.name}: {len(cells)} cell(s)")
-    for column in (
+    table = Table(title=f"{scenario.name}: {len(cells)} cell(s)", title_justify="left")
+    columns = (
         "cell",
-        "target",
-        "pairs",
+        "topology",
         "msg/s/pub",
         "payload",
         "QoS",
         "offered msg/s",
+        "delivered msg/s",
         "offered MB/s",
         "conns",
         "workers",
         "time",
-    ):
-        table.add_column(column, justify="left" if column in ("cell", "target") else "right")
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("cell", "topology") else "right")
     total_s = 0.0
     for c in cells:
         workers = worker_count(scenario.generator.workers, c.connections, os.cpu_count() or 1)
@@ -123,19 +130,22 @@ def _print_cells(scenario: Any, cells: list[Any]) -> None:
         total_s += seconds
         table.add_row(
             c.id,
-            c.target,
-            str(c.pairs),
+            f"{c.topology} {c.size_label}",
             f"{c.rate:g}",
             str(c.payload_bytes),
             str(c.qos),
             f"{c.offered_rate:,.0f}",
+            f"{c.expected_delivery_rate:,.0f}",
             f"{c.offered_bytes_per_s / 1e6:,.2f}",
-            str(c.connections),
+            f"{c.connections:,}",
             str(workers),
             f"{c.warmup_s:g}+{c.duration_s:g}s",
         )
     console.print(table)
-    console.print(f"load time at least {total_s:.0f} s (plus broker start-up and analysis)")
+    note = f"load time at least {total_s:.0f} s (plus broker start-up and analysis)"
+    if scenario.search is not None:
+        note += f"; search over {scenario.search.axis} stops early at the first failing step"
+    console.print(note)
 
 
 def _run(

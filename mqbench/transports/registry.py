@@ -74,6 +74,8 @@ def resolve_client(protocol: str, client: str | None) -> str:
     """The client to use for ``protocol``: ``client`` when given (checked), else the default."""
     if client is None:
         return clients_for(protocol)[0].name if clients_for(protocol) else protocol
+    if ":" in client:
+        return client  # a plugin client, "module:Factory"; its protocol is its own business
     entry = client_entry(client)
     if entry.protocol != protocol:
         raise ScenarioError(
@@ -83,14 +85,17 @@ def resolve_client(protocol: str, client: str | None) -> str:
 
 
 def get_transport(name: str) -> Transport:
-    """Instantiate the client registered as ``name``."""
-    entry = client_entry(name)
-    module_name, attr = entry.target.split(":")
+    """Instantiate the client registered as ``name`` (or a plugin given as ``module:Factory``)."""
+    target = name if ":" in name else client_entry(name).target
+    module_name, attr = target.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise TransportError(
             f"client {name!r} is not available in this installation ({exc.name} is missing)"
         ) from None
-    transport: Transport = getattr(module, attr)()
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise TransportError(f"client {name!r}: {module_name} has no {attr!r}")
+    transport: Transport = factory()
     return transport
