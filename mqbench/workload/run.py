@@ -20,6 +20,7 @@ from mqbench.records.results import check_output_root, create_result_dir
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import get_transport, resolve_client
+from mqbench.transports.topics import is_filter
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.events import EventLog
 from mqbench.workload.plan import build_plans, worker_count
@@ -99,7 +100,13 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
     cpus = os.cpu_count() or 1
     for cell in cells:
         worker_count(scenario.generator.workers, cell.connections, cpus)
-        build_topology(cell, "check", scenario.seed)
+        topology = build_topology(cell, "check", scenario.seed)
+        protocol = get_target(cell.target).transport
+        if protocol == "redis" and any(is_filter(s.topic_filter) for s in topology.subscribers):
+            raise ScenarioError(
+                f"target {cell.target!r}: topology {cell.topology!r} subscribes with wildcard "
+                "filters, which the redis client does not support (exact channels only)"
+            )
 
 
 def run_scenario(

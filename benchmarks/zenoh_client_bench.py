@@ -1,0 +1,63 @@
+"""Delivered msg/s of mqbench's Zenoh client through a local zenoh router, in two processes.
+
+Starts the zenoh router (``python -m mqbench.brokers.zenoh_router``) with mqbench's native
+spec (free loopback port, scouting off; stopped by PID at the end), then runs publishers in
+one process and subscribers in another (``_pubsub_bench``): 64-byte payloads, QoS 0,
+``--pairs`` key pairs.
+
+    .venv/bin/python benchmarks/zenoh_client_bench.py
+    .venv/bin/python benchmarks/zenoh_client_bench.py --express --messages 500000
+
+Bounds: at most 2,000,000 messages and 60 s of publishing per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from _pubsub_bench import load_note, run
+
+from mqbench.brokers.base import StartRequest
+from mqbench.brokers.native import NativeRuntime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client", default="zenoh", choices=["zenoh"])
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--payload", type=int, default=64)
+    parser.add_argument("--express", action="store_true", help="zenoh express (no batching)")
+    parser.add_argument("--congestion", default="block", choices=["block", "drop"])
+    args = parser.parse_args()
+    print(load_note())
+    with tempfile.TemporaryDirectory(prefix="mqbench-zenoh-bench-") as tmp:
+        broker = NativeRuntime().start(StartRequest(target="zenoh", workdir=Path(tmp)))
+        try:
+            print(
+                f"zenoh router {broker.info['version']} pid {broker.pids[0]} on "
+                f"{broker.endpoint.host}:{broker.endpoint.port}; settings {broker.info['settings']}"
+            )
+            outcome = run(
+                args.client,
+                broker.endpoint,
+                broker.pids[0],
+                pairs=args.pairs,
+                messages=args.messages,
+                seconds=args.seconds,
+                payload_size=args.payload,
+                extra={"express": args.express, "congestion_control": args.congestion},
+            )
+        finally:
+            broker.stop()
+    print("\n".join(outcome.lines()))
+    print(load_note())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Redis as a native process (Debian ``redis-server``), configured for Pub/Sub benchmarks.
+
+Config (``redis.conf`` in the work directory): loopback only (``bind`` + ``protected-mode
+yes``), no persistence (``save ""``, ``appendonly no``), ``dir`` = the work directory, log
+to stdout (``logfile ""``), which the runtime redirects into ``<workdir>/redis.log``.
+
+The setting that decides Pub/Sub loss is ``client-output-buffer-limit pubsub``: Redis
+disconnects a subscriber whose unsent output exceeds the hard limit, or stays above the
+soft limit for the given seconds. The stock ``32mb 8mb 60`` drops a subscriber that falls
+~80K messages (64 B) behind for a minute, which max-rate runs reach within seconds. mqbench
+writes ``256mb 64mb 60`` by default: 8x the stock headroom, while a runaway subscriber
+still cannot take the machine's memory (``0 0 0`` would be unlimited). It is an option
+(``pubsub_buffer_limit``) and is recorded in ``info["settings"]``. ``maxclients`` defaults
+to 19000 (stock 10000) so pairs topologies up to ~9K pairs fit under the 20000 open-file
+cap; Redis lowers it itself (and logs it) when the file limit is smaller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.net import recv_line, tcp_connect
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
+from mqbench.errors import BrokerError
+
+DEFAULTS: dict[str, Any] = {
+    "pubsub_buffer_limit": "256mb 64mb 60",
+    "maxclients": 19000,
+    "io_threads": 1,
+    "password": None,
+    "extra_config": "",
+}
+"""Broker options this spec understands and their defaults."""
+
+
+def _quote(value: str) -> str:
+    """A redis.conf string argument in double quotes."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class RedisSpec(NativeSpec):
+    """redis-server with a generated config file, Pub/Sub limits written explicitly."""
+
+    name = "redis"
+    executable = "redis-server"
+    install_hint = "apt-get install redis-server"
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """Debian installs it in ``/usr/bin``."""
+        return (Path("/usr/bin/redis-server"),)
+
+    def version(self, binary: Path) -> str:
+        """Parse ``redis-server --version`` ("Redis server v=7.0.15 sha=...")."""
+        return first_match(r"v=(\S+)", run_for_output([str(binary), "--version"]))
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write ``redis.conf`` and return ``redis-server redis.conf``."""
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown redis option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        opts = {**DEFAULTS, **options}
+        limit = " ".join(str(opts["pubsub_buffer_limit"]).split())
+        if len(limit.split()) != 3:
+            raise BrokerError(
+                f"redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>' "
+                f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts['pubsub_buffer_limit']!r}"
+            )
+        lines = [
+            "# written by mqbench (mqbench/brokers/specs/redis.py)",
+            f"bind {host}",
+            f"port {port}",
+            "protected-mode yes",
+            "daemonize no",
+            'save ""',
+            "appendonly no",
+            f"dir {_quote(str(workdir))}",
+            'logfile ""',
+            "loglevel notice",
+            "databases 1",
+            f"maxclients {int(opts['maxclients'])}",
+            f"io-threads {int(opts['io_threads'])}",
+            "timeout 0",
+            "tcp-keepalive 300",
+            f"client-output-buffer-limit pubsub {limit}",
+        ]
+        shown = list(lines)
+        password = opts["password"]
+        if password:
+            lines.append(f"requirepass {_quote(str(password))}")
+            shown.append('requirepass "<redacted>"')
+        extra = str(opts["extra_config"]).strip()
+        if extra:
+            lines += ["# extra_config from the scenario", extra]
+            shown += ["# extra_config from the scenario", extra]
+        text = "\n".join(lines) + "\n"
+        config_path = workdir / "redis.conf"
+        config_path.write_text(text, encoding="utf-8")
+        config_path.chmod(0o600)
+        settings: dict[str, Any] = {
+            "client_output_buffer_limit_pubsub": limit,
+            "maxclients": int(opts["maxclients"]),
+            "io_threads": int(opts["io_threads"]),
+            "save": "",
+            "appendonly": False,
+            "protected_mode": True,
+            "requirepass": bool(password),
+        }
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(
+            argv=[str(binary), str(config_path)],
+            config_path=config_path,
+            config_text="\n".join(shown) + "\n",
+            settings=settings,
+        )
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """Send ``PING`` and expect ``+PONG``.
+
+        ``-NOAUTH`` (a password is configured) also counts: the server answered RESP.
+        ``-LOADING`` does not.
+        """
+        deadline = time.monotonic() + timeout_s
+        sock = tcp_connect(host, port, timeout_s)
+        if sock is None:
+            return False
+        try:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            reply = recv_line(sock, deadline)
+            return reply == b"+PONG\r\n" or reply.startswith(b"-NOAUTH")
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -1,0 +1,120 @@
+"""The Zenoh router as a native process, hosted by the PyPI package ``eclipse-zenoh``.
+
+There is no ``zenohd`` binary here: ``python -m mqbench.brokers.zenoh_router`` opens a
+session in ``router`` mode (see that module). The "binary" is therefore the running Python
+interpreter, available when ``import zenoh`` works in it.
+
+Settings written explicitly and recorded: the listen endpoint, multicast scouting and gossip
+off, ``transport/unicast/max_sessions`` (default 10000; zenoh's own default of 1000 would
+refuse the clients of larger pairs topologies), admin space and timestamping off.
+Readiness: a TCP connect, then a zenoh ``client``-mode session (scouting off) must open
+against the router within the probe's time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.net import tcp_connect
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
+from mqbench.errors import BrokerError
+
+DEFAULTS: dict[str, Any] = {
+    "max_sessions": MAX_SESSIONS,
+    "extra_config": {},
+}
+"""Broker options this spec understands: ``extra_config`` maps zenoh config keys
+(e.g. ``transport/unicast/lowlatency``) to JSON values."""
+
+
+class ZenohSpec(NativeSpec):
+    """A zenoh router in router mode on one loopback TCP endpoint."""
+
+    name = "zenoh"
+    executable = "eclipse-zenoh (python module zenoh)"
+    install_hint = "pip install eclipse-zenoh"
+
+    def find_binary(self) -> Path | None:
+        """The current interpreter when it can import ``zenoh``, else None."""
+        if importlib.util.find_spec("zenoh") is None:
+            return None
+        return Path(sys.executable)
+
+    def version(self, binary: Path) -> str:
+        """The installed ``eclipse-zenoh`` version (the router runs in this interpreter)."""
+        return zenoh_version()
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Return ``python -m mqbench.brokers.zenoh_router --listen tcp/HOST:PORT ...``.
+
+        The effective settings are also written to ``zenoh-router.json5`` for the record.
+        """
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown zenoh option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        opts = {**DEFAULTS, **options}
+        extra = opts["extra_config"]
+        if not isinstance(extra, Mapping):
+            raise BrokerError(
+                "zenoh option extra_config must map zenoh config keys to values, "
+                f"e.g. {{'transport/unicast/lowlatency': true}}; got {extra!r}"
+            )
+        listen = f"tcp/{host}:{port}"
+        settings: dict[str, Any] = router_settings(listen, int(opts["max_sessions"]))
+        argv = [
+            str(binary),
+            "-m",
+            "mqbench.brokers.zenoh_router",
+            "--listen",
+            listen,
+            "--max-sessions",
+            str(int(opts["max_sessions"])),
+        ]
+        for key, value in extra.items():
+            argv += ["--config", f"{key}={json.dumps(value)}"]
+            settings[str(key)] = value
+        text = json.dumps(settings, indent=2) + "\n"
+        config_path = workdir / "zenoh-router.json5"
+        config_path.write_text(text, encoding="utf-8")
+        return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """TCP connect, then open (and close) a zenoh client session to the router."""
+        sock = tcp_connect(host, port, timeout_s)
+        if sock is None:
+            return False
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
+        try:
+            import zenoh
+
+            config = zenoh.Config()
+            config.insert_json5("mode", '"client"')
+            config.insert_json5("connect/endpoints", json.dumps([f"tcp/{host}:{port}"]))
+            config.insert_json5("scouting/multicast/enabled", "false")
+            config.insert_json5("connect/timeout_ms", str(max(int(timeout_s * 1000), 100)))
+            session: Any = zenoh.open(config)
+        except Exception:
+            return False
+        try:
+            return bool(session.info.routers_zid())
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                session.close()

@@ -1,0 +1,216 @@
+"""Core NATS through the stock ``nats-py`` client, for comparison (at-most-once).
+
+Publishes go through an ``Outbox`` (the sender never awaits) whose writer calls
+``NATS.publish`` per message; nats-py buffers them and writes in its own flusher task.
+Subscriptions use a message callback; the receive time is taken when nats-py calls it
+(after its parser and its per-subscription queue and task). ``subscribe`` and ``flush``
+are confirmed with nats-py's ``flush`` (a PING/PONG round trip). Reconnection is off, so a
+lost connection is reported once as ``disconnected`` and the client stays down.
+
+``ClientOptions.extra``: ``user``, ``password``, ``token``, ``echo`` (default True).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import nats
+from nats import errors as nats_errors
+
+from mqbench.errors import TransportError
+from mqbench.transports.alt._outbox import Outbox, probe_tcp
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    Endpoint,
+    MessageHandler,
+    Sender,
+)
+
+
+class NatsPyClient:
+    """One nats-py connection (implements ``base.Client``)."""
+
+    def __init__(self, endpoint: Endpoint, options: ClientOptions) -> None:
+        self._endpoint = endpoint
+        self._options = options
+        self._where = f"{endpoint.host}:{endpoint.port}"
+        self._nc: Any = None
+        self._outbox: Outbox | None = None
+        self._subs: dict[str, Any] = {}
+        self._connected = False
+        self._closing = False
+        self._started = False
+        self._last_error: str | None = None
+        self._ack_handler: AckHandler | None = None
+
+    @property
+    def connected(self) -> bool:
+        """True while nats-py reports the connection as up."""
+        return self._connected
+
+    async def connect(self) -> None:
+        """Connect with nats-py (no reconnects) within the connect timeout."""
+        if self._started:
+            raise TransportError(f"nats-py client for {self._where} was already connected once")
+        self._started = True
+        timeout = self._options.connect_timeout_s
+        extra = self._options.extra
+        kwargs: dict[str, Any] = {
+            "name": self._options.client_id,
+            "connect_timeout": timeout,
+            "allow_reconnect": False,
+            "max_reconnect_attempts": 0,
+            "ping_interval": max(self._options.keepalive_s, 1),
+            "no_echo": not bool(extra.get("echo", True)),
+            "error_cb": self._on_error,
+            "disconnected_cb": self._on_disconnected,
+        }
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
+            raise TransportError(f"cannot connect to nats at {self._where}: {refused}")
+        for ours, theirs in (("user", "user"), ("password", "password"), ("token", "token")):
+            if extra.get(ours) is not None:
+                kwargs[theirs] = extra[ours]
+        try:
+            async with asyncio.timeout(timeout + 1.0):
+                self._nc = await nats.connect(
+                    f"nats://{self._endpoint.host}:{self._endpoint.port}", **kwargs
+                )
+        except TimeoutError:
+            raise TransportError(
+                f"cannot connect to nats at {self._where}: no handshake within {timeout:g} s"
+            ) from None
+        except Exception as exc:
+            raise TransportError(
+                f"cannot connect to nats at {self._where}: {self._describe(exc)}"
+            ) from None
+        self._outbox = Outbox(self._write_batch, self._on_write_error)
+        self._outbox.start()
+        self._connected = True
+        self._emit("connected", {"endpoint": self._where})
+
+    async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
+        """Subscribe with a callback and confirm with a PING/PONG round trip."""
+        if qos > 0:
+            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        if not self._connected:
+            raise TransportError(f"cannot subscribe to {topic!r}: nats client is not connected")
+        time_ns = time.time_ns
+
+        async def on_msg(msg: Any) -> None:
+            on_message(msg.data, time_ns())
+
+        try:
+            self._subs[topic] = await self._nc.subscribe(topic, cb=on_msg)
+            await self._nc.flush(timeout=self._options.connect_timeout_s)
+        except Exception as exc:
+            raise TransportError(f"cannot subscribe to {topic!r}: {self._describe(exc)}") from None
+
+    def sender(self, topic: str, qos: int) -> Sender:
+        """Return ``send(payload, tag) -> bool`` that queues a publish (never awaits)."""
+        if qos > 0:
+            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        client = self
+
+        def send(payload: bytes, tag: int) -> bool:
+            outbox = client._outbox
+            if not client._connected or outbox is None:
+                return False
+            return outbox.put(topic, payload)
+
+        return send
+
+    def set_ack_handler(self, handler: AckHandler) -> None:
+        """Accepted for the contract; never called (core NATS has no acknowledgements)."""
+        self._ack_handler = handler
+
+    def pending_write_bytes(self) -> int:
+        """Payload bytes in the outbox plus nats-py's pending buffer."""
+        queued = self._outbox.pending_bytes if self._outbox is not None else 0
+        pending = getattr(self._nc, "pending_data_size", 0) if self._nc is not None else 0
+        return queued + int(pending)
+
+    async def flush(self, timeout_s: float) -> None:
+        """Hand queued publishes to nats-py, then PING/PONG; quiet on timeout or loss."""
+        if not self._connected or self._outbox is None:
+            return
+        started = time.monotonic()
+        if not await self._outbox.drain(timeout_s):
+            return
+        remaining = timeout_s - (time.monotonic() - started)
+        if remaining > 0:
+            with contextlib.suppress(Exception):
+                await self._nc.flush(timeout=remaining)
+
+    async def close(self) -> None:
+        """Hand over queued publishes, close the connection; never raises."""
+        if self._closing or self._nc is None:
+            return
+        self._closing = True
+        was_connected = self._connected
+        with contextlib.suppress(Exception):
+            if self._outbox is not None:
+                await self._outbox.drain(2.0)
+                await self._outbox.stop()
+        self._connected = False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5.0):
+                await self._nc.close()
+        if was_connected:
+            self._emit(
+                "disconnected",
+                {"endpoint": self._where, "reason": "closed by client", "requested": True},
+            )
+
+    # ------------------------------------------------------------------ internals
+
+    async def _write_batch(self, batch: list[tuple[str, bytes]]) -> None:
+        publish = self._nc.publish
+        for topic, payload in batch:
+            await publish(topic, payload)
+
+    def _on_write_error(self, exc: Exception) -> None:
+        self._lost(self._describe(exc))
+
+    async def _on_error(self, exc: Exception) -> None:
+        self._last_error = self._describe(exc)
+
+    async def _on_disconnected(self) -> None:
+        self._lost(self._last_error or "connection closed by server")
+
+    def _lost(self, reason: str) -> None:
+        if not self._connected or self._closing:
+            return
+        self._connected = False
+        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "requested": False})
+
+    def _describe(self, exc: BaseException) -> str:
+        text = str(exc)
+        if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in text:
+            return "connection refused"
+        if isinstance(exc, nats_errors.NoServersError):
+            return self._last_error or "no servers available (connection refused?)"
+        if "Authorization Violation" in text:
+            return "-ERR 'Authorization Violation'"
+        return text or type(exc).__name__
+
+    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+        handler = self._options.on_event
+        if handler is not None:
+            handler(kind, details)
+
+
+class NatsPyTransport:
+    """Core NATS through nats-py (at-most-once)."""
+
+    name = "nats-py"
+    protocol = "nats"
+    max_qos = 0
+
+    def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsPyClient:
+        """Return a new, unconnected ``NatsPyClient``."""
+        return NatsPyClient(endpoint, options)
