@@ -8,6 +8,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from mqbench.errors import AnalysisError
@@ -55,6 +56,33 @@ def _log4j_file() -> str:
     return path
 
 
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the JVM is launched.
+
+    The JVM inherits it, so its start-up chatter (incubator-module warnings, log-level
+    notices) and any later JVM-level errors go to that log file instead of the user's
+    terminal; Python-side errors still surface as exceptions.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
 def build_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
     """Start (or reuse) a SparkSession with quiet logging and small-machine settings.
 
@@ -77,10 +105,16 @@ def build_spark_session(master: str | None = None, conf: dict[str, str] | None =
     builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName("mqbench-analysis")
     for key, value in settings.items():
         builder = builder.config(key, value)
+    log_path = Path(tempfile.gettempdir()) / f"mqbench-spark-{os.getpid()}.log"
     try:
-        session = builder.getOrCreate()
+        with _stderr_to(log_path):
+            session = builder.getOrCreate()
     except Exception as exc:  # JVM start failures surface as assorted exception types
-        raise AnalysisError(f"cannot start Spark ({type(exc).__name__}: {exc})") from None
+        tail = _tail(log_path)
+        detail = f"; JVM said: {tail}" if tail else ""
+        raise AnalysisError(
+            f"cannot start Spark ({type(exc).__name__}: {exc}){detail} (log: {log_path})"
+        ) from None
     session.sparkContext.setLogLevel("ERROR")
     return session
 
