@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mqbench.transports.base import Endpoint
+
+if TYPE_CHECKING:
+    from mqbench.brokers.sampler import SampleSource
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,18 @@ class RunningBroker(Protocol):
 
     def stop(self) -> None:
         """Stop what this runtime started, by PID; idempotent; never raises."""
+        ...
+
+
+@runtime_checkable
+class HasResourceSource(Protocol):
+    """A running broker whose resources are sampled by a source, not by PIDs (containers).
+
+    The engine adds the source to its ``ResourceSampler`` (``add_source``) after start.
+    """
+
+    def resource_source(self) -> SampleSource | None:
+        """Rows for ``resources.csv`` each tick (None: nothing to sample)."""
         ...
 
 

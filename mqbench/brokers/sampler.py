@@ -20,6 +20,12 @@ tick (docs/results.md)::
 
 A role with no live process at a tick writes no row. The first sample of a role (at
 ``start`` or ``add_role``) is a baseline and writes no row either.
+
+Besides process roles, *sources* (``add_source``) contribute ready-made rows each tick, e.g.
+container stats from the Docker API (``docker_stats.ContainerStatsSource``: role
+``broker`` summed over a target's containers plus ``broker:<service>`` per container). A
+source is called once at ``start`` (or when added to a running sampler) for its baseline;
+those rows are discarded.
 """
 
 from __future__ import annotations
@@ -86,6 +92,14 @@ class ProcessLike(Protocol):
         ...
 
 
+class SampleSource(Protocol):
+    """Something that produces ready-made rows per tick (e.g. container stats)."""
+
+    def sample(self, t_ns: int) -> list[Sample]:
+        """Rows for the tick at ``t_ns``; may be empty; should not raise."""
+        ...
+
+
 ProcessFactory = Callable[[int], ProcessLike]
 """``pid -> process``; raises ``psutil.NoSuchProcess`` when the PID does not exist."""
 
@@ -147,6 +161,7 @@ class ResourceSampler:
         self._clock_ns = clock_ns
         self._monotonic_ns = monotonic_ns
         self._roles: dict[str, _Role] = {}
+        self._sources: list[SampleSource] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,6 +200,20 @@ class ResourceSampler:
             if self._file is not None:
                 self._measure(state, self._clock_ns(), self._monotonic_ns())
 
+    def add_source(self, source: SampleSource) -> None:
+        """Write ``source``'s rows every tick; when running, take its baseline now."""
+        with self._lock:
+            self._sources.append(source)
+            if self._file is not None:
+                self._call_source(source, self._clock_ns())
+
+    def _call_source(self, source: SampleSource, wall_ns: int) -> list[Sample]:
+        try:
+            return list(source.sample(wall_ns))
+        except Exception as exc:  # a source must not stop the process roles
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return []
+
     def start(self) -> None:
         """Open the CSV (header), take baselines and start the sampling thread."""
         with self._lock:
@@ -197,6 +226,8 @@ class ResourceSampler:
             wall, mono = self._clock_ns(), self._monotonic_ns()
             for state in self._roles.values():
                 self._measure(state, wall, mono)
+            for source in self._sources:
+                self._call_source(source, wall)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="mqbench-sampler", daemon=True)
         self._thread.start()
@@ -239,6 +270,8 @@ class ResourceSampler:
                 for state in self._roles.values()
                 if (sample := self._measure(state, wall, mono)) is not None
             ]
+            for source in self._sources:
+                samples.extend(self._call_source(source, wall))
             if self._file is not None and samples:
                 self._file.write("".join(s.csv_line() + "\n" for s in samples))
                 self._file.flush()

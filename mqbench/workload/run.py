@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
+from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.brokers.targets import get_target
@@ -97,6 +98,12 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
                     f"target {target_name!r}: persistent sessions are an MQTT feature; "
                     f"{target.transport} has no equivalent here (set workload.persistent: false)"
                 )
+    known_profiles = profile_names()
+    for profile in scenario.resources:
+        if profile is not None and profile not in known_profiles:
+            raise ScenarioError(
+                f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
+            )
     cpus = os.cpu_count() or 1
     for cell in cells:
         worker_count(scenario.generator.workers, cell.connections, cpus)
@@ -223,6 +230,8 @@ def _run_cell(
         manifest.update_cell(cell.id, broker=broker.info)
         if broker.pids:
             sampler.add_role("broker", broker.pids)
+        if isinstance(broker, HasResourceSource) and (source := broker.resource_source()):
+            sampler.add_source(source)
         sampler.start()
         reporter.phase(cell, f"connecting {cell.connections} clients")
         plans = build_plans(
@@ -280,7 +289,7 @@ def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
     if scenario.broker.pid:
         options["pid"] = scenario.broker.pid
     if cell.resources:
-        options["profile"] = cell.resources
+        options["resources"] = cell.resources
     return options
 
 

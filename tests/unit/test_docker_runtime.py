@@ -1,0 +1,374 @@
+"""The docker runtime against a fake ``docker`` CLI on PATH and a fake Docker SDK."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docker
+
+import mqbench.brokers.docker as docker_module
+from mqbench.brokers.base import HasResourceSource, StartRequest
+from mqbench.brokers.compose import compose_dir
+from mqbench.brokers.docker import (
+    DockerRuntime,
+    engine_remote_host,
+    failed_services,
+    parse_ps_json,
+)
+from mqbench.brokers.runtimes import get_runtime
+from mqbench.errors import BrokerError, ScenarioError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docker"
+
+
+def doc(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDocker:
+    return install_fake_docker(tmp_path, monkeypatch)
+
+
+def no_health(url: str, timeout_s: float) -> None:
+    raise AssertionError("only TBMQ waits for /actuator/health")
+
+
+def runtime(sdk: FakeSdk, health: Any = no_health) -> DockerRuntime:
+    return DockerRuntime(client_factory=sdk.factory, health_wait=health)
+
+
+MOSQUITTO = FakeSdk(
+    {"mosquitto": "eclipse-mosquitto:2.0.20"},
+    {"mosquitto": [doc("cgroup_v2_oneshot_t0"), doc("cgroup_v2_oneshot_t1")]},
+)
+
+
+def test_runtime_registry_returns_the_compose_runtime() -> None:
+    assert isinstance(get_runtime("docker"), DockerRuntime)
+
+
+def test_missing_docker_cli_is_explained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    reason = DockerRuntime().availability("mosquitto").reason
+    assert reason.startswith("the docker CLI is not installed")
+
+
+def test_missing_compose_plugin_is_explained(fake: FakeDocker) -> None:
+    fake.set_rules(
+        {"match": ["compose"], "stderr": "docker: unknown command: docker compose\n", "rc": 1}
+    )
+    availability = DockerRuntime().availability("emqx")
+    assert not availability.available
+    assert availability.reason == (
+        "the docker compose plugin is missing (`docker compose version` failed: docker: "
+        "unknown command: docker compose); install the docker-compose-plugin package "
+        "(Compose v2)"
+    )
+
+
+def test_no_engine_is_explained_with_dockers_own_words(fake: FakeDocker) -> None:
+    fake.set_rules(
+        HEALTHY_ENGINE[0],
+        {
+            "match": ["info"],
+            "stderr": "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+            "Is the docker daemon running?\n",
+            "rc": 1,
+        },
+    )
+    reason = DockerRuntime().availability("nats").reason
+    assert reason.startswith("no Docker engine answers at the local socket: Cannot connect")
+
+
+def test_engine_checks_run_once_per_runtime(fake: FakeDocker) -> None:
+    rt = DockerRuntime()
+    assert rt.availability("nats").available and rt.availability("redis").available
+    assert fake.argvs() == [
+        ["compose", "version", "--short"],
+        ["info", "--format", "{{.ServerVersion}}"],
+    ]
+
+
+def test_unknown_target_is_a_scenario_error(fake: FakeDocker) -> None:
+    with pytest.raises(ScenarioError, match="unknown target 'kafka'"):
+        DockerRuntime().availability("kafka")
+
+
+def test_start_without_engine_raises_and_runs_no_compose(fake: FakeDocker, tmp_path: Path) -> None:
+    fake.set_rules(HEALTHY_ENGINE[0], {"match": ["info"], "stderr": "no daemon\n", "rc": 1})
+    with pytest.raises(BrokerError, match="mosquitto: no Docker engine answers"):
+        DockerRuntime().start(StartRequest("mosquitto", tmp_path / "w"))
+    assert fake.compose_verbs() == []
+
+
+def test_start_pulls_waits_healthy_and_records_images_profile_and_ports(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    sdk = FakeSdk(
+        {"mosquitto": "eclipse-mosquitto:2.0.20"},
+        {"mosquitto": [doc("cgroup_v2_oneshot_t0"), doc("cgroup_v2_oneshot_t1")]},
+    )
+    broker = runtime(sdk).start(
+        StartRequest("mosquitto", tmp_path / "w", options={"resources": "1cpu-2g"})
+    )
+    pull, up = [c for c in fake.calls() if c["argv"][:2] == ["compose", "-p"]]
+    project = pull["argv"][2]
+    assert project.startswith("mqbench-mosquitto-")
+    assert pull["argv"][3:] == [
+        "-f",
+        str(compose_dir() / "mosquitto.yaml"),
+        "pull",
+        "--quiet",
+        "--ignore-buildable",
+    ]
+    assert up["argv"][5:] == ["up", "-d", "--wait", "--wait-timeout", "60"]
+    port = broker.endpoint.port
+    assert up["env"]["MQBENCH_PORT"] == str(port)
+    assert up["env"]["MQBENCH_BIND"] == "127.0.0.1"
+    assert (up["env"]["MQBENCH_CPUS"], up["env"]["MQBENCH_MEM"]) == ("1", "2048m")
+    assert broker.endpoint.host == "127.0.0.1" and broker.pids == []
+    info = broker.info
+    assert info["project"] == project and info["profile"]["name"] == "1cpu-2g"
+    assert info["services"]["mosquitto"]["repo_digests"] == [
+        f"eclipse-mosquitto@sha256:{'ab' * 32}"
+    ]
+    assert info["version"] == "eclipse-mosquitto:2.0.20"
+    assert info["engine_version"] == "27.3.1" and info["compose_version"] == "2.29.7"
+    assert sdk.list_filters == [{"label": f"com.docker.compose.project={project}"}]
+    assert (tmp_path / "w" / "compose.env").read_text().count("MQBENCH_") >= 9
+    assert (
+        "127.0.0.1:" + str(port) + ":1883" in (tmp_path / "w" / "compose.resolved.yaml").read_text()
+    )
+
+
+def test_the_running_broker_samples_container_stats_through_the_sdk(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    sdk = FakeSdk(
+        {"mosquitto": "eclipse-mosquitto:2.0.20"},
+        {"mosquitto": [doc("cgroup_v1_oneshot_t0"), doc("cgroup_v1_oneshot_t1")]},
+    )
+    broker = runtime(sdk).start(StartRequest("mosquitto", tmp_path / "w"))
+    assert isinstance(broker, HasResourceSource)
+    source = broker.resource_source()
+    assert source is not None
+    assert source.sample(1) == []
+    rows = source.sample(2)
+    assert [(r.role, round(r.cpu_cores, 6), r.rss_bytes, r.pid) for r in rows] == [
+        ("broker", 1.5, 209_500_000, 1000),
+        ("broker:mosquitto", 1.5, 209_500_000, 1000),
+    ]
+    assert sdk.api.stats_calls[0] == ("mosquitto-cid", {"stream": False, "one_shot": True})
+
+
+def test_stop_runs_compose_down_once_and_removes_volumes_and_orphans(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    broker = runtime(FakeSdk({"nats": "nats:2.10.22-alpine"})).start(
+        StartRequest("nats", tmp_path / "w")
+    )
+    broker.stop()
+    broker.stop()
+    downs = [a for a in fake.argvs() if "down" in a]
+    assert len(downs) == 1
+    assert downs[0][5:] == ["down", "-v", "--remove-orphans", "--timeout", "10"]
+    assert broker.info["down_exit_code"] == 0
+
+
+def test_image_pull_failure_is_reported_and_the_project_removed(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    fake.set_rules(
+        *HEALTHY_ENGINE,
+        {
+            "match": ["compose", "pull"],
+            "stderr": " emqx Pulling\nError response from daemon: manifest for "
+            "emqx/emqx:5.8.6 not found: manifest unknown: manifest unknown\n",
+            "rc": 18,
+        },
+    )
+    with pytest.raises(BrokerError) as err:
+        runtime(FakeSdk({})).start(StartRequest("emqx", tmp_path / "w"))
+    assert str(err.value).startswith("emqx: cannot pull the images of emqx.yaml: ")
+    assert "manifest unknown" in str(err.value)
+    assert fake.compose_verbs() == ["pull", "down"]
+
+
+def test_unhealthy_container_after_timeout_shows_its_last_log_lines(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    ps = "\n".join(
+        json.dumps(row)
+        for row in (
+            {"Service": "kafka", "State": "running", "Health": "healthy"},
+            {"Service": "tbmq", "State": "running", "Health": "unhealthy"},
+        )
+    )
+    fake.set_rules(
+        *HEALTHY_ENGINE,
+        {
+            "match": ["compose", "up"],
+            "stderr": "container mqbench-tbmq-abc-tbmq-1 is unhealthy\n",
+            "rc": 1,
+        },
+        {"match": ["compose", "ps"], "stdout": ps + "\n"},
+        {
+            "match": ["compose", "logs", "tbmq"],
+            "stdout": "tbmq-1  | Starting TBMQ\ntbmq-1  | Failed to connect to kafka:9092\n",
+        },
+    )
+    with pytest.raises(BrokerError) as err:
+        runtime(FakeSdk({})).start(StartRequest("tbmq", tmp_path / "w", startup_timeout_s=5))
+    message = str(err.value)
+    assert message.startswith("tbmq: service(s) tbmq not healthy within 300 s (docker: container")
+    assert message.endswith("Failed to connect to kafka:9092")
+    assert fake.compose_verbs() == ["pull", "up", "ps", "logs", "down"]
+    up = next(a for a in fake.argvs() if "up" in a)
+    assert up[-1] == "300"  # the request's 5 s is raised to TBMQ's start-up floor
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_requested_port_already_taken_fails_before_compose(
+    fake: FakeDocker, tmp_path: Path, taken_port: int
+) -> None:
+    with pytest.raises(BrokerError, match=f"port {taken_port} on 127.0.0.1 is already in use"):
+        runtime(FakeSdk({})).start(StartRequest("redis", tmp_path / "w", port=taken_port))
+    assert fake.compose_verbs() == []
+
+
+def test_port_allocated_by_docker_is_a_clear_message_and_cleans_up(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    fake.set_rules(
+        *HEALTHY_ENGINE,
+        {
+            "match": ["compose", "up"],
+            "stderr": "Error response from daemon: driver failed programming external "
+            "connectivity: Bind for 127.0.0.1:18830 failed: port is already allocated\n",
+            "rc": 1,
+        },
+    )
+    with pytest.raises(BrokerError, match=r"redis: port \d+ on 127.0.0.1 is already in use"):
+        runtime(FakeSdk({})).start(StartRequest("redis", tmp_path / "w"))
+    assert fake.compose_verbs() == ["pull", "up", "down"]
+
+
+def test_tbmq_waits_for_health_and_turns_basic_auth_off_by_default(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, float]] = []
+    sdk = FakeSdk(
+        {
+            "kafka": "apache/kafka:3.9.0",
+            "postgres": "postgres:16.4",
+            "tbmq": "thingsboard/tbmq:2.1.0",
+            "valkey": "valkey/valkey:8.0.2",
+        }
+    )
+    broker = runtime(sdk, lambda url, t: seen.append((url, t))).start(
+        StartRequest("tbmq", tmp_path / "w")
+    )
+    up = next(c for c in fake.calls() if "up" in c["argv"])
+    assert up["env"]["MQBENCH_TBMQ_BASIC_AUTH"] == "false"
+    assert seen and seen[0][0] == f"http://127.0.0.1:{up['env']['MQBENCH_HTTP_PORT']}"
+    assert sorted(broker.info["services"]) == ["kafka", "postgres", "tbmq", "valkey"]
+    assert broker.info["tbmq_credentials"] == []
+    assert broker.info["version"] == "thingsboard/tbmq:2.1.0"
+
+
+def test_tbmq_health_timeout_is_reported_with_logs_and_cleans_up(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    fake.set_rules(
+        *HEALTHY_ENGINE, {"match": ["compose", "logs"], "stdout": "tbmq-1  | still installing\n"}
+    )
+
+    def never(url: str, timeout_s: float) -> None:
+        raise BrokerError(f"TBMQ at {url} did not report UP")
+
+    with pytest.raises(BrokerError, match=r"^tbmq: TBMQ at http.* did not report UP; last log"):
+        runtime(FakeSdk({"tbmq": "thingsboard/tbmq:2.1.0"}), never).start(
+            StartRequest("tbmq", tmp_path / "w")
+        )
+    assert fake.compose_verbs()[-1] == "down"
+
+
+def test_credentials_option_turns_tbmq_basic_auth_on(
+    fake: FakeDocker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created: list[Any] = []
+    rt = runtime(FakeSdk({"tbmq": "thingsboard/tbmq:2.1.0"}), lambda url, t: None)
+    monkeypatch.setattr(
+        docker_module, "bootstrap_credentials", lambda url, creds: created.append((url, creds))
+    )
+    creds = [{"username": "app", "password": "p", "client_type": "application"}]
+    broker = rt.start(StartRequest("tbmq", tmp_path / "w", options={"tbmq_credentials": creds}))
+    up = next(c for c in fake.calls() if "up" in c["argv"])
+    assert up["env"]["MQBENCH_TBMQ_BASIC_AUTH"] == "true"
+    assert created[0][1][0].client_type == "APPLICATION"
+    assert broker.info["tbmq_credentials"] == [{"username": "app", "client_type": "APPLICATION"}]
+
+
+def test_bad_options_and_profiles_are_rejected_before_anything_starts(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    rt = runtime(FakeSdk({}))
+    with pytest.raises(BrokerError, match=r"unknown docker runtime option\(s\) cpu"):
+        rt.start(StartRequest("nats", tmp_path / "w", options={"cpu": 2}))
+    with pytest.raises(BrokerError, match="unknown resource profile '8cpu'"):
+        rt.start(StartRequest("nats", tmp_path / "w", options={"resources": "8cpu"}))
+    with pytest.raises(BrokerError, match="only applies to target tbmq"):
+        rt.start(StartRequest("nats", tmp_path / "w", options={"tbmq_credentials": []}))
+    assert fake.compose_verbs() == []
+
+
+def test_remote_docker_host_needs_an_explicit_bind_address(
+    fake: FakeDocker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "ssh://bench@broker-vm")
+    rt = runtime(FakeSdk({"nats": "nats:2.10.22-alpine"}))
+    with pytest.raises(BrokerError, match=r"DOCKER_HOST points at another machine \(broker-vm\)"):
+        rt.start(StartRequest("nats", tmp_path / "w"))
+    broker = rt.start(StartRequest("nats", tmp_path / "w2", options={"bind": "0.0.0.0"}))
+    assert (broker.endpoint.host, broker.endpoint.port) == ("broker-vm", 4222)
+    up = next(c for c in fake.calls() if "up" in c["argv"])
+    assert up["env"]["MQBENCH_BIND"] == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("value", "host"),
+    [
+        ("", None),
+        ("unix:///var/run/docker.sock", None),
+        ("tcp://127.0.0.1:2375", None),
+        ("tcp://localhost:2375", None),
+        ("tcp://10.0.0.5:2376", "10.0.0.5"),
+        ("ssh://user@broker-vm:2222", "broker-vm"),
+    ],
+)
+def test_docker_host_is_remote_only_for_other_machines(value: str, host: str | None) -> None:
+    assert engine_remote_host({"DOCKER_HOST": value}) == host
+
+
+def test_compose_ps_json_is_read_in_both_shapes_and_failures_found() -> None:
+    rows = [{"Service": "a", "State": "exited"}, {"Service": "b", "State": "running"}]
+    assert parse_ps_json(json.dumps(rows)) == rows
+    assert parse_ps_json("\n".join(json.dumps(r) for r in rows)) == rows
+    assert parse_ps_json("") == []
+    assert failed_services([*rows, {"Service": "c", "Health": "unhealthy"}]) == ["a", "c"]
