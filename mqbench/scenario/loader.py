@@ -89,7 +89,11 @@ def describe_validation_error(exc: ValidationError) -> str:
         text = f"missing required key {key!r}"
     else:
         message = first["msg"].removeprefix("Value error, ")
-        text = f"{key}: {message} (got {first.get('input')!r})"
+        value = first.get("input")
+        shown = (
+            "" if isinstance(value, dict | list) and len(repr(value)) > 40 else f" (got {value!r})"
+        )
+        text = f"{key}: {message}{shown}"
     if len(errors) > 1:
         text += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return text

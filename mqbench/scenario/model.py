@@ -225,6 +225,82 @@ class Generator(_Strict):
         return parse_duration(value)
 
 
+ToxicType = Literal["reset_peer", "timeout", "latency", "bandwidth", "limit_data"]
+TOXIC_ATTRIBUTES: dict[str, dict[str, float]] = {
+    "reset_peer": {"timeout": 0},
+    "timeout": {"timeout": 0},
+    "latency": {"latency": 100, "jitter": 0},
+    "bandwidth": {"rate": 100},
+    "limit_data": {"bytes": 1024},
+}
+"""Each toxic's attributes with their defaults (Toxiproxy's names and units: ms, KB/s, B)."""
+
+
+class FaultSchedule(_Strict):
+    """When faults happen: exponential up/down times (MTTF/MTTR) or a fixed period."""
+
+    kind: Literal["exponential", "fixed"] = "exponential"
+    mttf: float | None = Field(default=None, gt=0, description="exponential: mean time to failure")
+    mttr: float | None = Field(default=None, gt=0, description="exponential: mean time to repair")
+    every: float | None = Field(default=None, gt=0, description="fixed: period")
+    duration: float | None = Field(default=None, gt=0, description="fixed: fault length")
+    seed: int | None = Field(default=None, description="default: the scenario seed")
+
+    @field_validator("mttf", "mttr", "every", "duration", mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> FaultSchedule:
+        if self.kind == "exponential" and (self.mttf is None or self.mttr is None):
+            raise ValueError("an exponential fault schedule needs mttf and mttr")
+        if self.kind == "fixed":
+            if self.every is None or self.duration is None:
+                raise ValueError("a fixed fault schedule needs every and duration")
+            if self.duration >= self.every:
+                raise ValueError("fixed schedule: duration must be shorter than every")
+        return self
+
+
+class Faults(_Strict):
+    """Network faults between a group of clients and the broker (Toxiproxy semantics)."""
+
+    type: ToxicType = "reset_peer"
+    attributes: dict[str, float] = Field(default_factory=dict)
+    stream: Literal["up", "down", "both"] = Field(
+        default="down", description="up = client->broker, down = broker->client"
+    )
+    toxicity: float = Field(default=1.0, gt=0, le=1.0)
+    target: str = Field(
+        default="subscribers",
+        description="subscribers | publishers | all | a subscriber/publisher group id",
+    )
+    schedule: FaultSchedule
+    proxy: str = Field(
+        default="builtin", description="builtin, or the URL of a Toxiproxy API on loopback"
+    )
+
+    @model_validator(mode="after")
+    def _known_attributes(self) -> Faults:
+        known = TOXIC_ATTRIBUTES[self.type]
+        for name, value in self.attributes.items():
+            if name not in known:
+                raise ValueError(
+                    f"toxic {self.type!r} has no attribute {name!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
+            if value < 0:
+                raise ValueError(f"toxic attribute {name!r} must be >= 0, got {value}")
+        if self.proxy != "builtin":
+            from urllib.parse import urlparse
+
+            host = urlparse(self.proxy).hostname or ""
+            if host not in ("localhost", "::1") and not host.startswith("127."):
+                raise ValueError(f"faults.proxy {self.proxy!r} is not a loopback URL")
+        return self
+
+
 class SearchStop(_Strict):
     """When a saturation search stops: the first step that crosses any limit."""
 
@@ -286,6 +362,7 @@ class Scenario(_Strict):
     )
     workload: Workload = Workload()
     search: Search | None = None
+    faults: Faults | None = None
     generator: Generator = Generator()
     broker: BrokerOptions = BrokerOptions()
     repeat: int = Field(default=1, ge=1, le=1000)
@@ -310,6 +387,8 @@ class Scenario(_Strict):
                 f"resources profiles set CPU/memory limits of containers; runtime "
                 f"{self.runtime!r} cannot apply them (use runtime: docker)"
             )
+        if self.faults is not None:
+            self._check_faults(self.faults)
         if self.search is not None:
             axis = self.search.axis
             topology = self.workload.topology
@@ -324,3 +403,21 @@ class Scenario(_Strict):
             if axis != "rate" and any(not float(v).is_integer() for v in self.search.values):
                 raise ValueError(f"search values for {axis!r} must be whole numbers")
         return self
+
+    def _check_faults(self, faults: Faults) -> None:
+        w = self.workload
+        groups = set()
+        if w.groups is not None:
+            groups = {g.id for g in w.groups.publishers} | {g.id for g in w.groups.subscribers}
+        if faults.target not in {"subscribers", "publishers", "all"} | groups:
+            known = ", ".join(sorted({"subscribers", "publishers", "all"} | groups))
+            raise ValueError(f"faults.target {faults.target!r} is no client group (known: {known})")
+        schedule = faults.schedule
+        length = schedule.mttr if schedule.kind == "exponential" else schedule.duration
+        if length is not None and length >= w.duration:
+            raise ValueError(
+                f"faults: a fault lasts {length:g} s on average, not shorter than the "
+                f"{w.duration:g} s run"
+            )
+        if w.churn is not None:
+            raise ValueError("faults and churn cannot be combined in one scenario")

@@ -52,6 +52,10 @@ class WorkerPlan:
     churn: ChurnPlan | None = None
     connect_concurrency: int = 64
     client_extra: dict[str, object] = field(default_factory=dict)
+    proxy_port: int = 0
+    """Port of the fault proxy on ``host`` (0: no faults)."""
+    proxied_subs: frozenset[int] = frozenset()
+    proxied_pubs: frozenset[int] = frozenset()
 
     @property
     def pub_range(self) -> tuple[int, int]:

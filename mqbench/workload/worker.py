@@ -32,6 +32,9 @@ from mqbench.workload.topology import PubSpec, SubSpec
 
 STATS_INTERVAL_S = 0.5
 LOOP_LAG_PROBE_S = 0.05
+RECONNECT_FIRST_S = 0.05
+RECONNECT_MAX_S = 1.0
+"""Reconnect backoff: 50 ms doubling to at most 1 s, until the worker stops."""
 
 
 def _never(payload: bytes, tag: int) -> bool:
@@ -64,6 +67,12 @@ class Worker:
         self._stop: asyncio.Event | None = None
         self._loop_task: PublishLoop | None = None
         self._closing = False
+        self._held_down: set[tuple[str, int]] = set()
+        """Clients closed on purpose (churn); they are not reconnected automatically."""
+        self._reconnecting: set[tuple[str, int]] = set()
+        self.outage_total_s = 0.0
+        self.outage_max_s = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._publish_cpu: list[float] = []
         """process_time and monotonic time at the start and end of publishing."""
 
@@ -113,6 +122,8 @@ class Worker:
             "connected_ns": self.connected_ns,
             "disconnects": self.disconnects,
             "reconnects": self.reconnects,
+            "outage_total_s": round(self.outage_total_s, 6),
+            "outage_max_s": round(self.outage_max_s, 6),
             "pending_write_bytes": sum(c.pending_write_bytes() for c in clients if c.connected),
             "cpu_s": time.process_time(),
             "publish_cpu_fraction": self._publish_cpu_fraction(),
@@ -129,10 +140,17 @@ class Worker:
 
     # -- clients ---------------------------------------------------------------------
 
-    def _options(self, client_id: str, persistent: bool) -> ClientOptions:
+    def _options(self, client_id: str, persistent: bool, key: tuple[str, int]) -> ClientOptions:
         def on_event(kind: str, details: dict[str, Any]) -> None:
-            if kind == "disconnected" and not self._closing:
-                self.disconnects += 1
+            if kind != "disconnected" or self._closing or key in self._held_down:
+                return
+            self.disconnects += 1
+            loop = self._loop
+            if loop is not None and key not in self._reconnecting:
+                self._reconnecting.add(key)
+                loop.call_soon_threadsafe(
+                    lambda: loop.create_task(self._reconnect(key, time.monotonic()))
+                )
 
         return ClientOptions(
             client_id=client_id,
@@ -155,7 +173,8 @@ class Worker:
     async def _open_subscriber(self, spec: SubSpec, client: Client | None = None) -> Client:
         if client is None:
             client = self.transport.create_client(
-                self.endpoint, self._options(spec.client_id, spec.persistent)
+                self._endpoint_of("sub", spec.index),
+                self._options(spec.client_id, spec.persistent, ("sub", spec.index)),
             )
         await client.connect()
         await client.subscribe(spec.topic_filter, self.plan.qos, self._delivery_handler(spec.index))
@@ -164,10 +183,55 @@ class Worker:
     async def _open_publisher(self, spec: PubSpec, client: Client | None = None) -> Client:
         if client is None:
             client = self.transport.create_client(
-                self.endpoint, self._options(spec.client_id, self.plan.persistent)
+                self._endpoint_of("pub", spec.index),
+                self._options(spec.client_id, self.plan.persistent, ("pub", spec.index)),
             )
         await client.connect()
         return client
+
+    def _endpoint_of(self, role: str, index: int) -> Endpoint:
+        """Clients a fault targets connect through the fault proxy, the others directly."""
+        plan = self.plan
+        proxied = plan.proxied_subs if role == "sub" else plan.proxied_pubs
+        if plan.proxy_port and index in proxied:
+            return Endpoint(plan.host, plan.proxy_port)
+        return self.endpoint
+
+    async def _reconnect(self, key: tuple[str, int], lost_at: float) -> None:
+        """Bring a lost client back with bounded exponential backoff (same client id)."""
+        role, index = key
+        is_sub = role == "sub"
+        specs: list[Any] = list(self.plan.subscribers if is_sub else self.plan.publishers)
+        clients = self.subscribers if is_sub else self.publishers
+        first = specs[0].index if specs else 0
+        k = index - first
+        delay = RECONNECT_FIRST_S
+        attempts = 0
+        try:
+            while not self._closing and key not in self._held_down:
+                await asyncio.sleep(delay)
+                if self._closing or key in self._held_down:
+                    return
+                attempts += 1
+                try:
+                    clients[k] = await self._reopen(specs[k], clients[k], is_sub)
+                except TransportError:
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+                    continue
+                outage = time.monotonic() - lost_at
+                self.reconnects += 1
+                self.outage_total_s += outage
+                self.outage_max_s = max(self.outage_max_s, outage)
+                self._event(
+                    "client_reconnected",
+                    role=role,
+                    client=specs[k].client_id,
+                    outage_ms=round(outage * 1000, 3),
+                    attempts=attempts,
+                )
+                return
+        finally:
+            self._reconnecting.discard(key)
 
     async def _connect_all(self) -> None:
         """Connect subscribers (subscribed before anyone publishes), then publishers.
@@ -285,6 +349,9 @@ class Worker:
             chosen = [(offset + k) % len(specs) for k in range(count)]
             offset = (offset + count) % len(specs)
             ids = [specs[k].client_id for k in chosen]
+            role = "sub" if is_subs else "pub"
+            held = {(role, specs[k].index) for k in chosen}
+            self._held_down |= held
             await asyncio.gather(
                 *(c.close() for k in chosen if (c := clients[k]) is not None),
                 return_exceptions=True,
@@ -299,6 +366,7 @@ class Worker:
                 except TransportError as exc:
                     failed += 1
                     self._event("error", message=f"reconnect of {specs[k].client_id}: {exc}")
+            self._held_down -= held
             self._event("churn_reconnected", who=churn.who, clients=ids, failed=failed)
             t += int(churn.every_s * 1e9)
 
@@ -318,6 +386,7 @@ class Worker:
     async def run(self) -> None:
         """Connect, wait for the start signal, publish on schedule, drain, close, flush."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self._start = loop.create_future()
         self._stop = asyncio.Event()
         loop.add_reader(self.conn.fileno(), self._on_control)

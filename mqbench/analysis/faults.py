@@ -1,0 +1,170 @@
+"""Fault metrics of a cell (issue: fault injection), computed with numpy from records + events.
+
+Fault runs are small (tens of pairs at paper rates), so this runs in one process beside the
+Spark summary and writes ``cells/<id>/faults.json``:
+
+- ``windows``: every ``fault_injected`` / ``fault_recovered`` pair from events.jsonl;
+- ``downtime_fraction``: share of the measured window spent inside faults;
+- ``latency_in_faults`` / ``latency_outside``: latency from the intended send time of
+  deliveries whose message was *intended* inside / outside a fault window;
+- per recovery: ``first_delivery_ms`` (first delivery to a faulted subscriber after the
+  recovery) and ``drain_ms`` (until the last delivery of a message intended during that
+  fault, i.e. how long the backlog took to drain);
+- ``reconnects`` and outage durations reported by the clients (``client_reconnected``);
+- ``duplicates``: deliveries of a (publisher, sequence, subscriber) already delivered
+  (redeliveries after reconnects).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mqbench.errors import AnalysisError
+from mqbench.records.format import LAT_UNIT_NS, RECORD_DTYPE, RECORD_SIZE
+from mqbench.records.schedule import intended_ns_array
+
+FAULTS_JSON = "faults.json"
+
+
+def read_events(folder: Path) -> list[dict[str, Any]]:
+    """All events of a cell (an empty list when there is no events file)."""
+    path = folder / "events.jsonl"
+    if not path.exists():
+        return []
+    events = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise AnalysisError(f"{path}:{n}: not a JSON line") from None
+    return events
+
+
+def fault_windows(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """``(inject_ns, recover_ns)`` pairs in order; an unrecovered fault ends at the last event."""
+    windows: list[tuple[int, int]] = []
+    open_at: int | None = None
+    for event in events:
+        if event["kind"] == "fault_injected" and open_at is None:
+            open_at = int(event["t_ns"])
+        elif event["kind"] == "fault_recovered" and open_at is not None:
+            windows.append((open_at, int(event["t_ns"])))
+            open_at = None
+    if open_at is not None and events:
+        windows.append((open_at, int(events[-1]["t_ns"])))
+    return windows
+
+
+def _load(folder: Path, kind: str) -> np.ndarray:
+    parts = []
+    for path in sorted(folder.glob(f"{kind}-*.bin")):
+        size = path.stat().st_size
+        if size % RECORD_SIZE:
+            raise AnalysisError(f"{path}: size {size} is not a multiple of {RECORD_SIZE} bytes")
+        parts.append(np.fromfile(path, dtype=RECORD_DTYPE))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=RECORD_DTYPE)
+
+
+def _stats(values_us: np.ndarray) -> dict[str, float | int] | None:
+    if values_us.size == 0:
+        return None
+    ordered = np.sort(values_us)
+    n = ordered.size
+
+    def rank(q: float) -> float:
+        return float(ordered[max(0, int(np.ceil(q * n)) - 1)])
+
+    return {
+        "count": int(n),
+        "p50_us": rank(0.50),
+        "p95_us": rank(0.95),
+        "p99_us": rank(0.99),
+        "max_us": float(ordered[-1]),
+        "mean_us": float(ordered.mean()),
+    }
+
+
+def _inside(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
+    mask = np.zeros(t.shape, dtype=bool)
+    for start, end in windows:
+        mask |= (t >= start) & (t < end)
+    return mask
+
+
+def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """Metrics of a fault run, or None when the cell injected no faults."""
+    events = read_events(folder)
+    windows = fault_windows(events)
+    if not windows and not any(e["kind"] == "client_reconnected" for e in events):
+        return None
+    schedule = cell["schedule"]
+    window = cell["window"]
+    w_start, w_end = int(window["start_ns"]), int(window["end_ns"])
+    deliveries = _load(folder, "deliveries")
+    intended = intended_ns_array(
+        int(schedule["start_ns"]),
+        float(schedule["rate"]),
+        int(schedule["publishers"]),
+        deliveries["pub"],
+        deliveries["seq"],
+    )
+    t_recv = deliveries["t_sent"] + deliveries["lat"].astype(np.int64) * LAT_UNIT_NS
+    latency_us = (t_recv - intended) / 1000.0
+    measured = (intended >= w_start) & (intended < w_end)
+    during = _inside(intended, windows) & measured
+    clipped = [(max(a, w_start), min(b, w_end)) for a, b in windows]
+    downtime = sum(max(0, b - a) for a, b in clipped)
+    affected_subs = {
+        int(s) for e in events if e["kind"] == "fault_injected" for s in e.get("subscribers", [])
+    }
+    recoveries = []
+    for start, end in windows:
+        after = t_recv >= end
+        if affected_subs:
+            after &= np.isin(deliveries["sub"], list(affected_subs))
+        first = int(t_recv[after].min()) if after.any() else None
+        in_fault = (intended >= start) & (intended < end)
+        last = int(t_recv[in_fault].max()) if in_fault.any() else None
+        recoveries.append(
+            {
+                "injected_ns": start,
+                "recovered_ns": end,
+                "duration_ms": (end - start) / 1e6,
+                "first_delivery_ms": None if first is None else (first - end) / 1e6,
+                "drain_ms": None if last is None else max(0.0, (last - end) / 1e6),
+                "deliveries_of_fault_messages": int(in_fault.sum()),
+            }
+        )
+    keys = (
+        deliveries["pub"].astype(np.uint64) << np.uint64(40)
+        | deliveries["seq"].astype(np.uint64) << np.uint64(16)
+        | deliveries["sub"].astype(np.uint64)
+    )
+    duplicates = int(keys[measured].size - np.unique(keys[measured]).size)
+    outages = np.array([float(e["outage_ms"]) for e in events if e["kind"] == "client_reconnected"])
+    return {
+        "faults": len(windows),
+        "windows": [[a, b] for a, b in windows],
+        "downtime_fraction": downtime / (w_end - w_start) if w_end > w_start else None,
+        "latency_in_faults": _stats(latency_us[during]),
+        "latency_outside": _stats(latency_us[measured & ~during]),
+        "recoveries": recoveries,
+        "reconnects": int(outages.size),
+        "outage_ms_p50": float(np.median(outages)) if outages.size else None,
+        "outage_ms_max": float(outages.max()) if outages.size else None,
+        "duplicates": duplicates,
+    }
+
+
+def write_fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """Compute and write ``faults.json`` (nothing when the cell had no faults)."""
+    metrics = fault_metrics(cell, folder)
+    if metrics is not None:
+        (folder / FAULTS_JSON).write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
