@@ -10,6 +10,11 @@ from mqbench.analysis.kernel import DeliveryPartial, Hist, SendPartial, empty_hi
 from mqbench.analysis.plan import CellPlan, Chunk
 
 
+def series_length(plan: CellPlan) -> int:
+    """Bins of the per-second series: ``ceil(window_s)``."""
+    return -(-plan.window_ns // 1_000_000_000)
+
+
 @dataclass
 class CellAggregate:
     """Exact counts and histograms of one cell, engine independent."""
@@ -28,6 +33,17 @@ class CellAggregate:
     hist_sent: Hist = field(default_factory=empty_hist)
     hist_lag: Hist = field(default_factory=empty_hist)
     hist_ack: Hist = field(default_factory=empty_hist)
+    per_second: list[int] = field(default_factory=list)
+
+
+def add_series(total: list[int], part: np.ndarray) -> list[int]:
+    """Element-wise sum of two per-second series (the shorter one padded with zeros)."""
+    if part.size == 0:
+        return total
+    out = np.zeros(max(len(total), part.size), dtype=np.int64)
+    out[: len(total)] += np.asarray(total, dtype=np.int64)
+    out[: part.size] += part
+    return [int(v) for v in out]
 
 
 @dataclass
@@ -48,7 +64,7 @@ def merge_partials(
     A chunk needs a re-scan only when some route's first seq in it is below the highest seq
     that route had in earlier chunks of the same file; otherwise its local count is exact.
     """
-    agg = CellAggregate()
+    agg = CellAggregate(per_second=[0] * series_length(plan))
     e_bits = (plan.k_hi - plan.k_lo) * plan.f_max
     bitmap = np.zeros(e_bits // 8 + 2, dtype=np.uint8)
     h_int: list[Hist] = []
@@ -70,6 +86,7 @@ def merge_partials(
         agg.routed += part.routed
         agg.unrouted += part.unrouted
         agg.reordered += part.reordered
+        agg.per_second = add_series(agg.per_second, part.per_second)
         h_int.append(part.hist_intended)
         h_sent.append(part.hist_sent)
         if part.bitmap:

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mqbench.analysis.aggregate import CellAggregate
+from mqbench.analysis.kernel import APPROX_BITS
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
 from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan
+from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
 from mqbench.analysis.summary import (
     SUMMARY_JSON,
     CellSummary,
@@ -78,6 +80,7 @@ def analyze_run(
     engine: Literal["spark", "numpy"] = "spark",
     spark: Any | None = None,
     chunk_records: int = DEFAULT_CHUNK_RECORDS,
+    approx: bool = False,
 ) -> list[CellSummary]:
     """Analyse the completed/interrupted cells of a run and write their summaries.
 
@@ -86,6 +89,9 @@ def analyze_run(
     ``engine="numpy"`` uses the single-process reference instead of Spark. ``spark`` reuses
     an existing session (it is then not stopped); otherwise one session is started for the
     whole run with ``master`` (default ``local[*]``) and ``conf`` and stopped at the end.
+    ``approx=True`` computes latency percentiles from log-linear buckets (relative error
+    < 2**-7; docs/results.md) instead of exact 100-ns histograms. Also writes
+    ``summary_agg.parquet``: repeats of a cell as mean and 95 % confidence interval.
     """
     result_dir = Path(result_dir)
     manifest = read_manifest(result_dir)
@@ -95,7 +101,7 @@ def analyze_run(
         folder = result_dir / "cells" / str(cell.get("id"))
         if not folder.is_dir():
             raise AnalysisError(f"cell {cell.get('id')!r}: folder {folder} is missing")
-        plans.append(build_plan(cell, folder))
+        plans.append(build_plan(cell, folder, APPROX_BITS if approx else None))
     aggs: list[CellAggregate]
     if engine == "numpy":
         aggs = [aggregate_cell_numpy(plan) for plan in plans]
@@ -117,6 +123,7 @@ def analyze_run(
         if cid not in fresh and path.exists():
             everything.append(read_summary_json(path))
     write_summary_parquet(result_dir, everything)
+    write_summary_agg_parquet(result_dir, aggregate_repeats(everything))
     return summaries
 
 

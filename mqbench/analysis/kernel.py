@@ -49,6 +49,59 @@ def histogram(values: np.ndarray) -> Hist:
     return uniq.astype(np.int64), counts.astype(np.int64)
 
 
+APPROX_BITS = 7
+"""Mantissa bits kept in approximate mode: relative error < 2**-7 (0.78 %)."""
+
+
+def approx_rel_error(bits: int | None) -> float | None:
+    """Bound on the relative error of approximate percentiles (None when exact)."""
+    return None if bits is None else 2.0**-bits
+
+
+def approx_encode(values: np.ndarray, bits: int) -> np.ndarray:
+    """Monotone bucket index of int64 ``values``: exact below ``2**(bits+1)``, else log-linear.
+
+    ``|v|`` with bit length ``L > bits + 1`` keeps its top ``bits + 1`` bits (shift
+    ``s = L - bits - 1``); the index ``s * 2**bits + (|v| >> s)`` is contiguous and small
+    (< 64 * 2**bits), so the histogram is a bincount. The sign is kept.
+    """
+    mag = np.abs(values.astype(np.int64))
+    _, exp = np.frexp(mag.astype(np.float64))  # bit length; exact below 2**53
+    shift = np.maximum(exp.astype(np.int64) - bits - 1, 0)
+    idx = (shift << bits) + (mag >> shift)
+    return np.where(values < 0, -idx, idx)
+
+
+def approx_decode(index: np.ndarray, bits: int) -> np.ndarray:
+    """Representative value of each bucket index: its value rounded toward zero."""
+    mag = np.abs(index.astype(np.int64))
+    shift = np.maximum((mag >> bits) - 1, 0)
+    value = (mag - (shift << bits)) << shift
+    out: np.ndarray = np.where(index < 0, -value, value)
+    return out
+
+
+def histogram_of(values: np.ndarray, bits: int | None) -> Hist:
+    """Exact histogram, or with ``bits`` the histogram of values rounded toward zero to
+    ``bits + 1`` significant bits (see :func:`approx_encode`)."""
+    if bits is None:
+        return histogram(values)
+    idx, counts = histogram(approx_encode(values, bits))
+    return approx_decode(idx, bits), counts
+
+
+def per_second_counts(plan: CellPlan, t_recv: np.ndarray) -> np.ndarray:
+    """Records per second of receive time: bin ``i`` = ``[win_start + i s, ... + 1 s)``,
+    clipped to the window; int64 array of ``ceil(window_s)`` bins."""
+    bins = -(-plan.window_ns // 1_000_000_000)
+    inside = t_recv[(t_recv >= plan.win_start) & (t_recv < plan.win_end)]
+    if bins == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = (inside - plan.win_start) // 1_000_000_000
+    counts: np.ndarray = np.bincount(idx, minlength=bins).astype(np.int64)
+    return counts
+
+
 def merge_hists(hists: list[Hist]) -> Hist:
     """Sum histograms."""
     hists = [h for h in hists if h[0].size]
@@ -146,6 +199,7 @@ class DeliveryPartial:
     routes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     first_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    per_second: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -193,10 +247,13 @@ def scan_deliveries(plan: CellPlan, rec: np.ndarray) -> DeliveryPartial:
     out = DeliveryPartial(
         records=int(rec.size), recv_in_window=recv_in, routed=routed, unrouted=unrouted
     )
+    if recv_in:
+        t_recv = rec["t_sent"] + rec["lat"].astype(np.int64) * LAT_UNIT_NS
+        out.per_second = per_second_counts(plan, t_recv)
     if routed == 0:
         return out
-    out.hist_intended = histogram(lat_int)
-    out.hist_sent = histogram(rec["lat"][rows].astype(np.int64))
+    out.hist_intended = histogram_of(lat_int, plan.approx_bits)
+    out.hist_sent = histogram_of(rec["lat"][rows].astype(np.int64), plan.approx_bits)
     key = (k - plan.k_lo) * plan.f_max + slot
     base = int(key.min()) & ~7
     bits = np.zeros(int(key.max()) - base + 1, dtype=np.bool_)
@@ -226,9 +283,9 @@ def scan_sends(plan: CellPlan, rec: np.ndarray) -> SendPartial:
     out.sent = int(np.count_nonzero(ok))
     out.failed = int(np.count_nonzero(in_window & ((flags & SEND_FAILED) != 0)))
     out.expected = int(plan.fanout[pub[ok].astype(np.int64)].sum()) if out.sent else 0
-    out.hist_lag = histogram((rec["t_sent"][ok] - intended[ok]) // LAT_UNIT_NS)
+    out.hist_lag = histogram_of((rec["t_sent"][ok] - intended[ok]) // LAT_UNIT_NS, plan.approx_bits)
     ack = in_window & ((flags & SEND_ACK) != 0)
-    out.hist_ack = histogram(rec["lat"][ack].astype(np.int64))
+    out.hist_ack = histogram_of(rec["lat"][ack].astype(np.int64), plan.approx_bits)
     return out
 
 

@@ -13,18 +13,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mqbench.analysis.aggregate import CellAggregate
-from mqbench.analysis.kernel import Hist, empty_hist, route_slots
+from mqbench.analysis.aggregate import CellAggregate, series_length
+from mqbench.analysis.kernel import Hist, approx_decode, approx_encode, empty_hist, route_slots
 from mqbench.analysis.plan import CellPlan, build_plan
 from mqbench.analysis.summary import CellSummary, build_summary
 from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
 from mqbench.records.schedule import intended_ns_array
 
 
-def _hist_by_sort(values: np.ndarray) -> Hist:
+def _hist_by_sort(values: np.ndarray, bits: int | None = None) -> Hist:
     if values.size == 0:
         return empty_hist()
-    ordered = np.sort(values.astype(np.int64))
+    values = values.astype(np.int64)
+    if bits is not None:
+        values = approx_decode(approx_encode(values, bits), bits)
+    ordered = np.sort(values)
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     counts = np.diff(np.r_[starts, ordered.size])
     return ordered[starts], counts.astype(np.int64)
@@ -39,6 +42,8 @@ def _in_window(plan: CellPlan, pub: np.ndarray, seq: np.ndarray) -> tuple[np.nda
 def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
     """Exact aggregates of one cell computed directly from whole record files."""
     agg = CellAggregate()
+    bins = series_length(plan)
+    per_second = np.zeros(bins, dtype=np.int64)
     lags: list[np.ndarray] = []
     acks: list[np.ndarray] = []
     for path in plan.send_files:
@@ -58,7 +63,11 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
         rec = read_records(path)
         agg.delivery_records += rec.size
         t_recv = rec["t_sent"] + rec["lat"].astype(np.int64) * LAT_UNIT_NS
-        agg.recv_in_window += int(((t_recv >= plan.win_start) & (t_recv < plan.win_end)).sum())
+        in_win = (t_recv >= plan.win_start) & (t_recv < plan.win_end)
+        agg.recv_in_window += int(in_win.sum())
+        if bins:
+            idx = (t_recv[in_win] - plan.win_start) // 1_000_000_000
+            per_second += np.bincount(idx, minlength=bins)[:bins]
         intended, win = _in_window(plan, rec["pub"], rec["seq"])
         sel = rec[win]
         slot = route_slots(plan, sel["pub"], sel["sub"])
@@ -90,14 +99,18 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
             groups = frame.groupby(["file", "pub", "sub"], sort=False)["seq"]
             prior = groups.cummax().groupby([frame["file"], frame["pub"], frame["sub"]]).shift(1)
             agg.reordered = int((frame["seq"] < prior).sum())
-    agg.hist_intended = _hist_by_sort(np.concatenate(lat_int)) if lat_int else empty_hist()
-    agg.hist_sent = _hist_by_sort(np.concatenate(lat_sent)) if lat_sent else empty_hist()
-    agg.hist_lag = _hist_by_sort(np.concatenate(lags)) if lags else empty_hist()
-    agg.hist_ack = _hist_by_sort(np.concatenate(acks)) if acks else empty_hist()
+    bits = plan.approx_bits
+    agg.hist_intended = _hist_by_sort(np.concatenate(lat_int), bits) if lat_int else empty_hist()
+    agg.hist_sent = _hist_by_sort(np.concatenate(lat_sent), bits) if lat_sent else empty_hist()
+    agg.hist_lag = _hist_by_sort(np.concatenate(lags), bits) if lags else empty_hist()
+    agg.hist_ack = _hist_by_sort(np.concatenate(acks), bits) if acks else empty_hist()
+    agg.per_second = [int(v) for v in per_second]
     return agg
 
 
-def analyze_cell_numpy(cell: dict[str, Any], folder: Path) -> CellSummary:
+def analyze_cell_numpy(
+    cell: dict[str, Any], folder: Path, approx_bits: int | None = None
+) -> CellSummary:
     """Summary of one manifest cell computed in this process with numpy (no Spark)."""
-    plan = build_plan(cell, folder)
+    plan = build_plan(cell, folder, approx_bits)
     return build_summary(plan, aggregate_cell_numpy(plan))

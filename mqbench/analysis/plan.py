@@ -62,6 +62,8 @@ class CellPlan:
     delivery_files: list[str] = field(default_factory=list)
     send_files: list[str] = field(default_factory=list)
     generator: dict[str, Any] = field(default_factory=dict)
+    window_source: str = "manifest"
+    approx_bits: int | None = None  # None: exact histograms; else see kernel.approx_encode
 
     @property
     def window_ns(self) -> int:
@@ -156,24 +158,93 @@ def _stop_time(folder: Path) -> int | None:
     return last
 
 
-def build_plan(cell: dict[str, Any], folder: Path) -> CellPlan:
-    """Build the plan of one manifest cell (checks record files; raises AnalysisError)."""
+def read_events(folder: Path) -> list[dict[str, Any]]:
+    """The parseable events of ``events.jsonl`` (a torn last line is skipped); [] if none."""
+    path = folder / "events.jsonl"
+    if not path.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                event = json.loads(line)
+                int(event["t_ns"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(event, dict):
+                out.append(event)
+    return out
+
+
+def window_from_events(
+    cid: str, events: list[dict[str, Any]], start_ns: int, params: dict[str, Any]
+) -> tuple[int, int]:
+    """The measured window ``[start, end)`` of a cell whose manifest has none.
+
+    Start: a ``window_start`` event, else ``max(connected, schedule start + warmup_s)`` where
+    *connected* is the last ``clients_connected`` event (its ``connected_ns``, else its
+    ``t_ns``). End: a ``window_end`` event, else ``schedule start + warmup_s + duration_s``,
+    else the ``publishing_stopped`` event. AnalysisError when neither can be found.
+    """
+
+    def last(kind: str, key: str = "t_ns") -> int | None:
+        times = [int(e.get(key) or e["t_ns"]) for e in events if e.get("kind") == kind]
+        return max(times) if times else None
+
+    warmup_ns = int(float(params.get("warmup_s") or 0.0) * 1e9)
+    start = last("window_start")
+    if start is None:
+        connected = last("clients_connected", "connected_ns")
+        if connected is None:
+            raise AnalysisError(
+                f"cell {cid}: the manifest has no window and events.jsonl has no "
+                "window_start or clients_connected event"
+            )
+        start = max(connected, start_ns + warmup_ns)
+    end = last("window_end")
+    if end is None and params.get("duration_s") is not None:
+        end = start_ns + warmup_ns + int(float(params["duration_s"]) * 1e9)
+    if end is None:
+        end = last("publishing_stopped")
+    if end is None:
+        raise AnalysisError(
+            f"cell {cid}: the manifest has no window and neither params.duration_s nor a "
+            "window_end/publishing_stopped event gives its end"
+        )
+    return start, max(start, end)
+
+
+def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = None) -> CellPlan:
+    """Build the plan of one manifest cell (checks record files; raises AnalysisError).
+
+    The manifest's ``window`` is authoritative; without one, the window is derived from
+    ``events.jsonl`` (:func:`window_from_events`). ``approx_bits`` asks for approximate
+    histograms (see :func:`mqbench.analysis.kernel.approx_encode`).
+    """
     cid = str(cell.get("id"))
+    params = dict(cell.get("params") or {})
     try:
         sched = cell["schedule"]
-        window = cell["window"]
         start_ns = int(sched["start_ns"])
         rate = float(sched["rate"])
         n = int(sched["publishers"])
-        win_start = int(window["start_ns"])
-        win_end = int(window["end_ns"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise AnalysisError(f"cell {cid}: manifest entry lacks schedule/window ({exc})") from None
+        raise AnalysisError(f"cell {cid}: manifest entry lacks schedule ({exc})") from None
+    window = cell.get("window")
+    source = "manifest"
+    try:
+        if isinstance(window, dict) and window.get("start_ns") is not None:
+            win_start = int(window["start_ns"])
+            win_end = int(window["end_ns"])
+        else:
+            source = "events"
+            win_start, win_end = window_from_events(cid, read_events(folder), start_ns, params)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnalysisError(f"cell {cid}: malformed window ({exc})") from None
     if n <= 0 or rate <= 0:
         raise AnalysisError(f"cell {cid}: schedule needs publishers > 0 and rate > 0")
     mpp_raw = sched.get("messages_per_publisher")
     mpp = int(mpp_raw) if mpp_raw is not None else None
-    params = dict(cell.get("params") or {})
     clipped = False
     if cell.get("status") == "interrupted":
         stop = _stop_time(folder)
@@ -217,6 +288,8 @@ def build_plan(cell: dict[str, Any], folder: Path) -> CellPlan:
         delivery_files=_record_files(folder, "deliveries"),
         send_files=_record_files(folder, "sends"),
         generator=dict(cell.get("generator") or {}),
+        window_source=source,
+        approx_bits=approx_bits,
     )
 
 

@@ -20,12 +20,14 @@ from typing import Any, Final
 import numpy as np
 
 from mqbench.analysis.aggregate import CellAggregate
-from mqbench.analysis.kernel import Hist
+from mqbench.analysis.kernel import Hist, approx_rel_error
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.resources import resource_stats
 from mqbench.errors import AnalysisError
 
-SUMMARY_SCHEMA_VERSION: Final = 1
+SUMMARY_SCHEMA_VERSION: Final = 2
+READABLE_SUMMARY_VERSIONS: Final = (1, 2)
+"""Versions :meth:`CellSummary.from_dict` reads; version 1 lacks the fields added in 2."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
 
@@ -137,6 +139,12 @@ class CellSummary:
     generator_saturated: bool
     generator_reason: str | None
     valid: bool
+    # Added in schema version 2 (defaults are what a version-1 summary implies).
+    window_source: str = "manifest"
+    deliveries_per_s: list[int] = dataclasses.field(default_factory=list)
+    throughput_min_msg_s: float | None = None
+    throughput_max_msg_s: float | None = None
+    approx_rel_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (the content of ``summary.json``)."""
@@ -144,13 +152,19 @@ class CellSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
-        """Inverse of :meth:`to_dict`; raises AnalysisError on another schema version."""
-        if data.get("schema_version") != SUMMARY_SCHEMA_VERSION:
+        """Inverse of :meth:`to_dict`; reads versions 1 and 2 (AnalysisError otherwise).
+
+        A version-1 summary gets the version-2 defaults and ``schema_version`` 2.
+        """
+        if data.get("schema_version") not in READABLE_SUMMARY_VERSIONS:
             raise AnalysisError(
-                f"summary schema version {data.get('schema_version')!r}, "
-                f"expected {SUMMARY_SCHEMA_VERSION}"
+                f"summary schema version {data.get('schema_version')!r}; this mqbench reads "
+                f"versions {', '.join(map(str, READABLE_SUMMARY_VERSIONS))} "
+                "(re-run `mqbench analyze` on the result folder)"
             )
         fields = dict(data)
+        fields["schema_version"] = SUMMARY_SCHEMA_VERSION
+        fields["deliveries_per_s"] = [int(v) for v in fields.get("deliveries_per_s") or []]
         for group in _STATS_GROUPS:
             if fields.get(group) is not None:
                 fields[group] = LatencyStats(**fields[group])
@@ -217,6 +231,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     )
     saturated = bool(reasons)
     reason = "; ".join(reasons)
+    full = full_second_range(plan, agg.per_second)
     return CellSummary(
         schema_version=SUMMARY_SCHEMA_VERSION,
         cell_id=plan.cell_id,
@@ -259,7 +274,21 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         generator_saturated=saturated,
         generator_reason=str(reason) if reason else None,
         valid=not saturated,
+        window_source=plan.window_source,
+        deliveries_per_s=list(agg.per_second),
+        throughput_min_msg_s=full[0],
+        throughput_max_msg_s=full[1],
+        approx_rel_error=approx_rel_error(plan.approx_bits),
     )
+
+
+def full_second_range(plan: CellPlan, per_second: list[int]) -> tuple[float | None, float | None]:
+    """Min and max of the per-second series over whole seconds (a shorter last bin is left out)."""
+    whole = plan.window_ns // 1_000_000_000
+    values = per_second[:whole]
+    if not values:
+        return None, None
+    return float(min(values)), float(max(values))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -291,6 +320,8 @@ def read_summary_json(path: Path) -> CellSummary:
 def _arrow_type(annotation: str) -> Any:
     import pyarrow as pa
 
+    if annotation.startswith("list[int]"):
+        return pa.list_(pa.int64())
     if annotation.startswith("int"):
         return pa.int64()
     if annotation.startswith("float"):
@@ -328,7 +359,7 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
 
 
 SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    ("schema_version", "int", "-", "summary schema version (1)"),
+    ("schema_version", "int", "-", "summary schema version (2)"),
     ("cell_id", "str", "-", "cell id from the manifest"),
     ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
     ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
@@ -392,5 +423,31 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("generator_saturated", "bool", "-", "manifest cell `generator.saturated`"),
     ("generator_reason", "str", "-", "`generator.reason` (or `saturation_reason`)"),
     ("valid", "bool", "-", "false when the generator was the bottleneck"),
+    (
+        "window_source",
+        "str",
+        "-",
+        "where the window came from: `manifest` (authoritative) or `events` (events.jsonl)",
+    ),
+    (
+        "deliveries_per_s",
+        "list[int]",
+        "deliveries",
+        "delivery records per second of receive time: bin i = "
+        "[window_start + i s, min(window_start + (i+1) s, window_end)); the last bin is "
+        "shorter when window_s is not whole; sums to deliveries_in_window",
+    ),
+    (
+        "throughput_min_msg_s, throughput_max_msg_s",
+        "float",
+        "msg/s",
+        "min / max of deliveries_per_s over whole seconds (null when window_s < 1 s)",
+    ),
+    (
+        "approx_rel_error",
+        "float",
+        "-",
+        "null: exact percentiles; else the bound on their relative error (approximate mode)",
+    ),
 )
 """(field, type, unit, meaning) rows documented in docs/results.md."""

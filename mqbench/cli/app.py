@@ -14,6 +14,7 @@ from rich.table import Table
 from mqbench import __version__
 from mqbench.cli.brokers_cmd import brokers_app
 from mqbench.cli.errors import guarded
+from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import UsageError
 
 # Piped output (CI logs, files) gets a wide console so tables are not squeezed to 80 columns.
@@ -185,13 +186,25 @@ def _run(
         )
 
 
-def _analyze(result_dir: Path, master: str | None, conf: dict[str, str]) -> None:
+def _analyze(
+    result_dir: Path, master: str | None, conf: dict[str, str], approx: bool = False
+) -> None:
     from mqbench.analysis.api import analyze_run
-    from mqbench.cli.tables import summary_table
+    from mqbench.analysis.faults import write_fault_metrics
+    from mqbench.cli.tables import fault_table, summary_table
+    from mqbench.records.results import read_manifest
 
     console.print("analysing with Spark ...")
-    summaries = analyze_run(result_dir, master=master, conf=conf)
+    summaries = analyze_run(result_dir, master=master, conf=conf, approx=approx)
     console.print(summary_table(summaries))
+    faults = {}
+    for cell in read_manifest(result_dir)["cells"]:
+        if cell.get("status") in ("completed", "interrupted") and cell.get("schedule"):
+            metrics = write_fault_metrics(cell, result_dir / "cells" / cell["id"])
+            if metrics is not None:
+                faults[cell["id"]] = metrics
+    if faults:
+        console.print(fault_table(faults))
 
 
 @app.command()
@@ -204,12 +217,16 @@ def analyze(
         list[str] | None,
         typer.Option("--conf", metavar="KEY=VALUE", help="Spark configuration, repeatable."),
     ] = None,
+    approx: Annotated[
+        bool,
+        typer.Option("--approx", help="Approximate percentiles (relative error < 0.79%)."),
+    ] = False,
 ) -> None:
     """Analyse a result folder with PySpark: summary.json per cell, summary.parquet per run.
 
     Example: mqbench analyze results/quickstart/20261122T050102Z-1a2b3c --master local[2]
     """
-    guarded(lambda: _analyze(result_dir, master, _parse_conf(conf)))
+    guarded(lambda: _analyze(result_dir, master, _parse_conf(conf), approx))
 
 
 @scenario_app.command("validate")
@@ -286,6 +303,10 @@ def targets() -> None:
 def version() -> None:
     """Print the mqbench version."""
     console.print(f"mqbench {__version__}")
+
+
+app.command()(report)
+app.command()(compare)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.table import Table
 
@@ -70,5 +71,45 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
             _num(s.broker_cpu_cores_mean, "{:.2f}"),
             _num(s.broker_rss_mb_max, "{:.1f}"),
             generator,
+        )
+    return table
+
+
+def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
+    """One row per cell with faults: downtime, latency in/out of faults, recovery times."""
+    table = Table(title="faults (latency in ms from the intended send time)", title_justify="left")
+    for name in (
+        "cell",
+        "faults",
+        "downtime %",
+        "p50 out",
+        "p99 out",
+        "p50 in",
+        "p99 in",
+        "first delivery ms (max)",
+        "drain ms (max)",
+        "reconnects",
+        "dup",
+    ):
+        table.add_column(name, justify="left" if name == "cell" else "right")
+    for cell_id, m in metrics.items():
+        out, inside = m.get("latency_outside") or {}, m.get("latency_in_faults") or {}
+        firsts = [
+            r["first_delivery_ms"] for r in m["recoveries"] if r["first_delivery_ms"] is not None
+        ]
+        drains = [r["drain_ms"] for r in m["recoveries"] if r["drain_ms"] is not None]
+        fraction = m.get("downtime_fraction")
+        table.add_row(
+            cell_id,
+            str(m["faults"]),
+            "-" if fraction is None else f"{100 * fraction:.1f}",
+            _ms(out.get("p50_us")),
+            _ms(out.get("p99_us")),
+            _ms(inside.get("p50_us")),
+            _ms(inside.get("p99_us")),
+            f"{max(firsts):.0f}" if firsts else "-",
+            f"{max(drains):.0f}" if drains else "-",
+            str(m["reconnects"]),
+            str(m["duplicates"]),
         )
     return table

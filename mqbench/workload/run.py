@@ -194,6 +194,7 @@ def _run_cell(
         "transport": client,
         "runtime": scenario.runtime,
         "workers": workers,
+        "faults": scenario.faults.type if scenario.faults else None,
     }
     manifest.add_cell(
         {

@@ -90,3 +90,13 @@ def test_load_records_yields_every_record_with_int64_columns(spark: Any, tmp_pat
     agg = frame.groupBy().agg({"seq": "sum", "pub": "max", "lat": "min", "*": "count"}).first()
     assert agg["count(1)"] == 200 and agg["sum(seq)"] == 2 * sum(range(100))
     assert agg["max(pub)"] == 2**32 - 1 and agg["min(lat)"] == -99
+
+
+def test_spark_approximate_percentiles_equal_the_numpy_approximation(
+    spark: Any, tmp_path: Path
+) -> None:
+    root = rich_run(tmp_path)
+    from_spark = analyze_run(root, spark=spark, chunk_records=50, approx=True)
+    from_numpy = analyze_run(root, engine="numpy", approx=True)
+    assert from_spark == from_numpy
+    assert from_spark[0].approx_rel_error == 2**-7 and from_spark[0].deliveries_per_s

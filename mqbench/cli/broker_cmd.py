@@ -1,0 +1,149 @@
+"""``mqbench broker serve``: run the built-in TBMQ-style MQTT broker in the foreground.
+
+Registered in the main app with ``app.add_typer(broker_app, name="broker")``; also runs as
+``python -m mqbench.broker [OPTIONS]`` (same options, no sub-command).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mqbench.cli.errors import guarded
+
+broker_app = typer.Typer(
+    help="The built-in TBMQ-style MQTT broker (target tbmq-style).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 1883,
+    persistence: Annotated[
+        str,
+        typer.Option(
+            "--persistence",
+            help="DEVICE session store: memory, redis-async, redis-sync or postgres.",
+        ),
+    ] = "memory",
+    app_queue: Annotated[
+        str, typer.Option("--app-queue", help="APPLICATION queue: memory or redis-streams.")
+    ] = "memory",
+    redis_url: Annotated[
+        str, typer.Option("--redis-url", help="Redis for redis-* stores and redis-streams.")
+    ] = "redis://127.0.0.1:6379/0",
+    postgres_dsn: Annotated[
+        str, typer.Option("--postgres-dsn", help="PostgreSQL for the postgres store.")
+    ] = "postgresql://postgres@127.0.0.1:5432/postgres",
+    device_pattern: Annotated[
+        str | None,
+        typer.Option(
+            "--device-pattern",
+            help="Regex (full match) of DEVICE client ids; others become APPLICATION.",
+        ),
+    ] = None,
+    app_pattern: Annotated[
+        str | None,
+        typer.Option("--app-pattern", help="Regex (full match) of APPLICATION client ids."),
+    ] = None,
+    credentials_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--credentials-file",
+            help="JSON credentials with client types; enforced when given.",
+        ),
+    ] = None,
+    messages_limit: Annotated[
+        int,
+        typer.Option("--messages-limit", help="Persisted messages per DEVICE client (<= 65535)."),
+    ] = 10_000,
+    message_ttl: Annotated[
+        int, typer.Option("--message-ttl", help="Seconds a persisted message lives (0: forever).")
+    ] = 600,
+    max_inflight: Annotated[
+        int, typer.Option("--max-inflight", help="Unacknowledged QoS 1/2 messages per client.")
+    ] = 1000,
+    max_packet_size: Annotated[
+        int, typer.Option("--max-packet-size", help="Largest accepted packet in bytes.")
+    ] = 1024 * 1024,
+    max_keepalive: Annotated[
+        int, typer.Option("--max-keepalive", help="Upper bound for keep-alives in s (0: none).")
+    ] = 0,
+    session_expiry: Annotated[
+        int,
+        typer.Option(
+            "--session-expiry",
+            help="Expiry of MQTT 3.1.1 persistent sessions in s (0: never).",
+        ),
+    ] = 0,
+    no_uvloop: Annotated[
+        bool, typer.Option("--no-uvloop", help="Use the default asyncio loop.")
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning.")] = "info",
+) -> None:
+    """Serve MQTT 3.1.1 and 5 until SIGINT/SIGTERM.
+
+    Example: mqbench broker serve --port 1883 --persistence redis-async
+    """
+
+    def go() -> None:
+        from mqbench.broker.config import BrokerConfig
+        from mqbench.broker.run import configure_logging, run_async, uvloop_available
+        from mqbench.broker.run import serve as serve_broker
+
+        config = BrokerConfig(
+            host=host,
+            port=port,
+            persistence=persistence,
+            app_queue=app_queue,
+            redis_url=redis_url,
+            postgres_dsn=postgres_dsn,
+            device_pattern=device_pattern,
+            app_pattern=app_pattern,
+            credentials_file=credentials_file,
+            messages_limit=messages_limit,
+            message_ttl_s=message_ttl,
+            max_inflight=max_inflight,
+            max_packet_size=max_packet_size,
+            max_keepalive_s=max_keepalive,
+            default_session_expiry_s=session_expiry,
+            uvloop=not no_uvloop,
+        )
+        config.validate()
+        configure_logging(log_level)
+        loop_name = "uvloop" if config.uvloop and uvloop_available() else "asyncio"
+
+        def ready(broker: object) -> None:
+            from mqbench.broker.server import Broker
+
+            assert isinstance(broker, Broker)
+            typer.echo(
+                f"mqbench broker listening on {config.host}:{broker.port} "
+                f"(persistence {config.persistence}, app queue {config.app_queue}, "
+                f"loop {loop_name})",
+                err=True,
+            )
+
+        run_async(lambda: serve_broker(config, ready), config.uvloop)
+
+    guarded(go)
+
+
+broker_app.command("serve")(serve)
+
+standalone_app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
+)
+standalone_app.command()(serve)
+"""The same command without a sub-command, for ``python -m mqbench.broker``."""
+
+
+def main() -> None:
+    """Entry point of ``python -m mqbench.broker``."""
+    standalone_app(prog_name="python -m mqbench.broker")

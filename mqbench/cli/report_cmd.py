@@ -1,0 +1,104 @@
+"""``mqbench report`` and ``mqbench compare`` (registered in app.py with one line each)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mqbench.cli.errors import err_console, guarded
+from mqbench.errors import UsageError
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write ({exc.strerror})") from None
+    err_console.print(f"wrote {out}")
+
+
+def report(
+    result_dirs: Annotated[
+        list[Path], typer.Argument(metavar="RESULT_DIR...", help="One or more result folders.")
+    ],
+    fmt: Annotated[
+        str, typer.Option("--format", help="Table format: md, latex, csv or html.")
+    ] = "md",
+    figures: Annotated[
+        Path | None,
+        typer.Option("--figures", metavar="DIR", help="Also write figures (PNG and PDF) here."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the tables to FILE.")
+    ] = None,
+    allow_mixed: Annotated[
+        bool,
+        typer.Option("--allow-mixed", help="Allow result folders of different scenarios."),
+    ] = False,
+) -> None:
+    """Paper-style tables (and figures) from analysed result folders.
+
+    Cells without a summary are analysed first with the numpy engine (up to 1 GiB of
+    records; bigger runs need `mqbench analyze`).
+
+    Example: mqbench report results/quickstart/20261122T050102Z-1a2b3c --figures figs
+    """
+
+    def go() -> None:
+        from mqbench.report.build import build_report
+
+        result = build_report(result_dirs, fmt, figures, allow_mixed)
+        for note in result.notes:
+            err_console.print(f"note: {note}")
+        _write(result.text, out)
+        if result.figure_files:
+            err_console.print(f"figures: {len(result.figure_files)} file(s) in {figures}")
+
+    guarded(go)
+
+
+def compare(
+    baseline: Annotated[Path, typer.Argument(metavar="BASELINE", help="Baseline result folder.")],
+    current: Annotated[Path, typer.Argument(metavar="CURRENT", help="Current result folder.")],
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--threshold",
+            metavar="METRIC=[+|-]N[%],...",
+            help="Tolerated worsening per metric (default throughput=-5%,p95=+10%,loss=+0.1). "
+            "Metrics: throughput, p50, p95, p99, p999, loss, ack_p95, cpu, rss.",
+        ),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Output: text or json.")] = "text",
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the result to FILE.")
+    ] = None,
+) -> None:
+    """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
+
+    Noise aware when cells have repeats (see docs/ci.md).
+
+    Example: mqbench compare ci/baseline results/ci-smoke/20261122T050102Z-1a2b3c
+    """
+
+    def go() -> int:
+        from mqbench.analysis.compare import compare_runs, parse_thresholds
+
+        if fmt not in ("text", "json"):
+            raise UsageError(f"--format {fmt!r}: choose text or json")
+        thresholds = parse_thresholds(threshold)
+        result = compare_runs(baseline, current, thresholds)
+        _write(result.to_json() if fmt == "json" else result.to_text(), out)
+        return result.exit_code
+
+    code = guarded(go)
+    if code:
+        sys.exit(code)

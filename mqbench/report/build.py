@@ -1,0 +1,114 @@
+"""``mqbench report``: result folders in, tables (text) and figures (files) out."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mqbench.analysis.load import LoadedRun, load_run
+from mqbench.analysis.plan import CellPlan, build_plan
+from mqbench.analysis.repeats import RepeatAggregate, aggregate_repeats, base_id
+from mqbench.analysis.summary import CellSummary
+from mqbench.errors import AnalysisError, UsageError
+from mqbench.report.figures import NamedFigure, build_figures, save_figure
+from mqbench.report.tables import FORMATS, Table, build_tables, render
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` produced."""
+
+    text: str
+    tables: list[Table]
+    aggregates: list[RepeatAggregate]
+    figures: list[NamedFigure] = field(default_factory=list)
+    figure_files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_runs(paths: Sequence[Path], allow_mixed: bool = False) -> list[LoadedRun]:
+    """Load every folder; AnalysisError when they hold different scenarios (unless allowed)."""
+    if not paths:
+        raise UsageError("report: give at least one result folder")
+    runs = [load_run(Path(p)) for p in paths]
+    names = sorted({r.scenario for r in runs})
+    if len(names) > 1 and not allow_mixed:
+        raise AnalysisError(
+            f"the result folders hold different scenarios ({', '.join(names)}); report them "
+            "separately or pass --allow-mixed to put them in one report"
+        )
+    return runs
+
+
+def _pooled(runs: Sequence[LoadedRun]) -> tuple[list[CellSummary], dict[str, list[CellPlan]]]:
+    """All summaries (ids prefixed by scenario when mixed) and the record plans per base id."""
+    mixed = len({r.scenario for r in runs}) > 1
+    summaries: list[CellSummary] = []
+    plans: dict[str, list[CellPlan]] = {}
+    for run in runs:
+        for s in run.summaries:
+            if mixed:
+                s = dataclasses.replace(
+                    s,
+                    cell_id=f"{run.scenario}/{s.cell_id}",
+                    params={**s.params, "scenario": run.scenario},
+                )
+            summaries.append(s)
+            entry = run.cells.get(s.cell_id.split("/", 1)[1] if mixed else s.cell_id)
+            if entry is None:
+                continue
+            cid = str(entry.get("id"))
+            try:
+                plan = build_plan(entry, run.cell_folder(cid))
+            except AnalysisError:
+                continue  # no usable records (e.g. a committed baseline of summaries only)
+            plans.setdefault(base_id(s.cell_id, s.repeat), []).append(plan)
+    return summaries, plans
+
+
+def preamble(runs: Sequence[LoadedRun]) -> str:
+    """The lines above the tables: which runs, how to read the numbers."""
+    lines = ["mqbench report"]
+    for r in runs:
+        lines.append(f"Run {r.path.name}: scenario {r.scenario}, {len(r.summaries)} cell(s).")
+    lines.append(
+        "Values are means over repeats (± 95 % Student-t half-width when n >= 2); latency in "
+        "ms from the intended send time."
+    )
+    return "\n".join(lines)
+
+
+def build_report(
+    paths: Sequence[Path],
+    fmt: str = "md",
+    figures_dir: Path | None = None,
+    allow_mixed: bool = False,
+) -> Report:
+    """Tables of ``paths`` rendered in ``fmt``; figures written to ``figures_dir`` if given.
+
+    Unanalysed cells are analysed with the numpy engine first (see mqbench.analysis.load).
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    runs = load_runs(paths, allow_mixed)
+    summaries, plans = _pooled(runs)
+    aggs = aggregate_repeats(summaries)
+    tables = build_tables(aggs)
+    pre = preamble(runs)
+    text = render(tables, fmt, pre if fmt != "csv" else "")
+    report = Report(text, tables, aggs)
+    for r in runs:
+        if r.analysed_now:
+            report.notes.append(
+                f"{r.path}: analysed {len(r.analysed_now)} cell(s) with the numpy engine"
+            )
+    if figures_dir is not None:
+        cells = [(a, plans.get(a.base_id, [])) for a in aggs]
+        report.figures = build_figures(aggs, cells)
+        for fig in report.figures:
+            report.figure_files += save_figure(fig, Path(figures_dir))
+        if not any(plans.values()):
+            report.notes.append("no record files found: latency CDFs were not drawn")
+    return report
