@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqbench import __version__
+from mqbench.cli.broker_cmd import broker_app
 from mqbench.cli.brokers_cmd import brokers_app
 from mqbench.cli.errors import guarded
 from mqbench.cli.report_cmd import compare, report
@@ -42,6 +43,7 @@ app = typer.Typer(
 scenario_app = typer.Typer(help="Work with scenario files.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(brokers_app, name="brokers")
+app.add_typer(broker_app, name="broker")
 
 SetOption = Annotated[
     list[str] | None,

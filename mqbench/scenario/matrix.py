@@ -36,6 +36,18 @@ class Cell:
     churn: Churn | None = None
     search_step: int | None = None
     """Position in a saturation search (None outside searches)."""
+    broker_options: tuple[tuple[str, Any], ...] = ()
+    """Broker-specific settings of this cell (``broker.options``), as sorted items."""
+
+    @property
+    def broker_label(self) -> str | None:
+        """The variant's label for cell ids: ``label`` or the option values joined."""
+        options = dict(self.broker_options)
+        if not options:
+            return None
+        if "label" in options:
+            return str(options["label"])
+        return "-".join(str(v) for _, v in sorted(options.items()))
 
     @property
     def publishers(self) -> int:
@@ -123,6 +135,8 @@ class Cell:
             parts.append(self.client)
         if self.resources:
             parts.append(self.resources)
+        if self.broker_label:
+            parts.append(self.broker_label)
         if self.repeat:
             parts.append(f"r{self.repeat}")
         return "-".join(parts)
@@ -139,6 +153,8 @@ class Cell:
             value = getattr(self, f.name)
             if isinstance(value, Groups | Churn):
                 value = value.model_dump(mode="json")
+            elif f.name == "broker_options":
+                value = dict(value)
             out[f.name] = value
         out["publishers"] = self.publishers
         out["subscribers"] = self.subscribers
@@ -178,6 +194,7 @@ def expand(scenario: Scenario) -> list[Cell]:
             scenario.targets,
             scenario.client,
             scenario.resources,
+            [tuple(sorted(o.items())) for o in scenario.broker.options],
             w.payload,
             w.qos,
             pairs,
@@ -188,7 +205,8 @@ def expand(scenario: Scenario) -> list[Cell]:
     )
     cells: list[Cell] = []
     for repeat in range(scenario.repeat):
-        for target, client, resources, payload, qos, n_pairs, n_subs, n_pubs, rate in combos:
+        for combo in combos:
+            target, client, resources, options, payload, qos, n_pairs, n_subs, n_pubs, rate = combo
             step = None
             if search is not None:
                 value = {
@@ -221,6 +239,7 @@ def expand(scenario: Scenario) -> list[Cell]:
                     connect_rate=w.connect_rate,
                     churn=w.churn,
                     search_step=step,
+                    broker_options=options,
                 )
             )
     return cells

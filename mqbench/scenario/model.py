@@ -333,6 +333,16 @@ class BrokerOptions(_Strict):
     port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
     pid: int | None = Field(default=None, description="external runtime: a PID to sample")
     startup_timeout: float = Field(default=60.0, gt=0)
+    options: list[dict[str, Any]] = Field(
+        default=[{}],
+        description="broker-specific settings (see docs/brokers.md); a list is a matrix axis; "
+        "an optional 'label' names the variant in cell ids",
+    )
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return _as_list(value) if value is not None else [{}]
 
     @field_validator("startup_timeout", mode="before")
     @classmethod

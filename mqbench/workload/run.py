@@ -286,7 +286,7 @@ def _run_cell(
 
 
 def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {k: v for k, v in cell.broker_options if k != "label"}
     if scenario.broker.pid:
         options["pid"] = scenario.broker.pid
     if cell.resources:

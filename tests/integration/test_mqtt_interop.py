@@ -124,12 +124,12 @@ class Paho:
         self.client.loop_stop()
 
 
-def test_registry_returns_the_mqtt_transport_with_qos_up_to_1() -> None:
+def test_registry_returns_the_mqtt_transport_with_qos_up_to_2() -> None:
     transport = get_transport("mqtt")
-    assert (transport.name, transport.protocol, transport.max_qos) == ("mqtt", "mqtt", 1)
+    assert (transport.name, transport.protocol, transport.max_qos) == ("mqtt", "mqtt", 2)
 
 
-@pytest.mark.parametrize("qos", [0, 1])
+@pytest.mark.parametrize("qos", [0, 1, 2])
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_messages_published_by_our_client_reach_paho_intact_and_in_order(
     mosquitto: RunningBroker, loop_kind: str, qos: int

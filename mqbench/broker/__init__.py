@@ -1,0 +1,20 @@
+"""mqbench's built-in TBMQ-style MQTT 3.1.1/5 broker (target ``tbmq-style``).
+
+An asyncio broker modelled on TBMQ's design (DESIGN.md, "The TBMQ-style broker";
+docs/broker.md): DEVICE and APPLICATION clients, persistent DEVICE sessions in a device
+store (memory, Redis async/pipelined, Redis sync, PostgreSQL) using TBMQ's Redis key scheme
+and Lua scripts, APPLICATION queues (memory or Redis Streams). It shares its MQTT codec with
+the client transport (``mqbench.transports.mqtt_codec``).
+
+Modules: ``config`` (settings, client types), ``topics`` (topic trie), ``message``
+(stored form), ``session`` (delivery window and persistence hand-off), ``connection``
+(one client), ``server`` (the broker), ``persistence`` (backends), ``run`` (serve
+until a signal).
+"""
+
+from __future__ import annotations
+
+from mqbench.broker.config import BrokerConfig, ClientType
+from mqbench.broker.server import Broker
+
+__all__ = ["Broker", "BrokerConfig", "ClientType"]
