@@ -11,11 +11,12 @@ to 10 s, then SIGKILLs it.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,14 @@ class NativeBroker:
         endpoint: Endpoint,
         info: dict[str, Any],
         log_path: Path,
+        companions: Callable[[], list[int]] | None = None,
     ) -> None:
-        """Wrap a started process; ``name`` is used in messages (e.g. ``mosquitto``)."""
+        """Wrap a started process; ``name`` is used in messages (e.g. ``mosquitto``).
+
+        ``companions`` lists, when called, processes outside the broker's tree to stop after
+        it (``NativeSpec.companion_pids``).
+        """
+        self._companions = companions
         self.name = name
         self._process = process
         self._endpoint = endpoint
@@ -116,6 +123,12 @@ class NativeBroker:
                     self._process.kill()
                     self._process.wait(timeout=KILL_WAIT_S)
             self._info["exit_code"] = self._process.poll()
+            if self._companions is not None:
+                with contextlib.suppress(Exception):
+                    pids = self._companions()
+                    self._info["companion_pids"] = pids
+                    for pid in pids:
+                        stop_pid(pid)
 
     def _terminate(self) -> None:
         proc = self._process
@@ -137,6 +150,34 @@ class NativeBroker:
     def __exit__(self, *exc: object) -> None:
         """Stop the broker."""
         self.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # A zombie (exited, not yet reaped by its parent) counts as gone.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def stop_pid(pid: int, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM a process that is not our child, wait up to ``grace_s``, then SIGKILL it."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(POLL_INTERVAL_S)
 
 
 class _PortClash(BrokerError):
@@ -246,7 +287,14 @@ class NativeRuntime:
             "log_path": str(log_path),
             "settings": dict(plan.settings),
         }
-        broker = NativeBroker(spec.name, process, Endpoint(request.host, port), info, log_path)
+        broker = NativeBroker(
+            spec.name,
+            process,
+            Endpoint(request.host, port),
+            info,
+            log_path,
+            companions=lambda: spec.companion_pids(plan),
+        )
         try:
             self._wait_ready(spec, broker, process, request, port, auto_port)
         except BaseException:

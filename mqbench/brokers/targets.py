@@ -49,7 +49,7 @@ _TARGETS: tuple[Target, ...] = (
         "mqtt",
         "RabbitMQ with the rabbitmq_mqtt plugin, over MQTT",
         1883,
-        None,
+        "rabbitmq-mqtt",
         "Debian package rabbitmq-server",
     ),
     Target(
@@ -58,7 +58,7 @@ _TARGETS: tuple[Target, ...] = (
         "amqp",
         "RabbitMQ over AMQP 0-9-1",
         5672,
-        None,
+        "rabbitmq-amqp",
         "Debian package rabbitmq-server",
     ),
     Target("artemis", "ActiveMQ Artemis", "mqtt", "ActiveMQ Artemis over MQTT", 1883, None),
@@ -68,7 +68,7 @@ _TARGETS: tuple[Target, ...] = (
         "mqtt",
         "ActiveMQ Classic 5.17 over MQTT (an extra, not Artemis)",
         1883,
-        None,
+        "activemq",
         "Debian package activemq",
     ),
     Target(
@@ -86,7 +86,7 @@ _TARGETS: tuple[Target, ...] = (
         "redis",
         "Redis 7 Pub/Sub over RESP",
         6379,
-        None,
+        "redis",
         "Debian package redis-server",
     ),
     Target(
@@ -95,7 +95,7 @@ _TARGETS: tuple[Target, ...] = (
         "zenoh",
         "Zenoh router, clients in client mode",
         7447,
-        None,
+        "zenoh",
         "router mode of the PyPI package eclipse-zenoh",
     ),
     Target(
@@ -112,7 +112,7 @@ _TARGETS: tuple[Target, ...] = (
         "mqtt",
         "mqbench's built-in TBMQ-style MQTT broker (mqbench/broker)",
         1883,
-        None,
+        "tbmq-style",
         "built into mqbench",
     ),
 )

@@ -30,7 +30,7 @@ _ENTRIES: tuple[ClientEntry, ...] = (
     ClientEntry("mqtt", "mqtt", "mqbench.transports.mqtt:MqttTransport", True, "lean asyncio"),
     ClientEntry("nats", "nats", "mqbench.transports.nats:NatsTransport", True, "lean asyncio"),
     ClientEntry("redis", "redis", "mqbench.transports.redis:RedisTransport", True, "lean RESP"),
-    ClientEntry("amqp", "amqp", "mqbench.transports.amqp:AmqpTransport", True, "aiormq/pamqp"),
+    ClientEntry("amqp", "amqp", "mqbench.transports.amqp:AmqpTransport", True, "lean + pamqp"),
     ClientEntry("zenoh", "zenoh", "mqbench.transports.zenoh:ZenohTransport", True, "eclipse-zenoh"),
     ClientEntry("paho", "mqtt", "mqbench.transports.alt.paho:PahoTransport", False, "paho-mqtt"),
     ClientEntry(

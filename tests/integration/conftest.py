@@ -16,6 +16,7 @@ import pytest
 
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
+from mqbench.transports.base import Endpoint
 
 NativeBrokerFactory = Callable[..., RunningBroker]
 
@@ -62,3 +63,62 @@ def mosquitto(native_broker: NativeBrokerFactory) -> RunningBroker:
 def nats(native_broker: NativeBrokerFactory) -> RunningBroker:
     """A native nats-server on a free loopback port (stopped at teardown)."""
     return native_broker("nats")
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeBrokerFactory]:
+    """Like ``native_broker`` but shared by a test module: started once, stopped at its end.
+
+    Use it for brokers that tests only connect to (not stop or reconfigure), to keep the
+    integration suite fast.
+    """
+    runtime = NativeRuntime()
+    started: list[RunningBroker] = []
+    base = tmp_path_factory.mktemp("module-brokers")
+
+    def start(target: str, *, startup_timeout_s: float = 30.0, **options: Any) -> RunningBroker:
+        spec = runtime.spec_for(target)
+        if spec.find_binary() is None:
+            pytest.skip(f"{spec.executable} is not installed; install it with: {spec.install_hint}")
+        broker = runtime.start(
+            StartRequest(
+                target=target,
+                workdir=base / f"broker-{target}-{len(started)}",
+                options=options,
+                startup_timeout_s=startup_timeout_s,
+            )
+        )
+        started.append(broker)
+        return broker
+
+    try:
+        yield start
+    finally:
+        for broker in reversed(started):
+            broker.stop()
+
+
+# --- RabbitMQ and ActiveMQ (issue 3): one broker per test module ---------------------------
+# RabbitMQ boots in ~5-20 s, so a module shares one node; its tests must not depend on each
+# other's state (every client uses its own routing keys / topics and exclusive queues).
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(module_broker: NativeBrokerFactory) -> RunningBroker:
+    """A native RabbitMQ node (target ``rabbitmq-mqtt``) shared by the test module.
+
+    ``endpoint`` is its MQTT listener; the ``rabbitmq_amqp`` fixture is its AMQP listener.
+    """
+    return module_broker("rabbitmq-mqtt", startup_timeout_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_amqp(rabbitmq: RunningBroker) -> Endpoint:
+    """The AMQP 0-9-1 listener of the module's RabbitMQ node."""
+    return Endpoint(rabbitmq.endpoint.host, int(rabbitmq.info["settings"]["amqp_port"]))
+
+
+@pytest.fixture(scope="module")
+def activemq(module_broker: NativeBrokerFactory) -> RunningBroker:
+    """A native ActiveMQ Classic with one MQTT connector, shared by the test module."""
+    return module_broker("activemq", startup_timeout_s=60.0)

@@ -55,10 +55,20 @@ def test_each_target_talks_its_protocol_on_its_usual_port(
     assert target.description
 
 
-def test_only_mosquitto_and_nats_have_native_specs_and_those_specs_exist() -> None:
+def test_targets_with_a_native_runtime_name_specs_that_exist() -> None:
     with_spec = {name: get_target(name).native_spec for name in target_names()}
-    assert {k: v for k, v in with_spec.items() if v} == {"mosquitto": "mosquitto", "nats": "nats"}
-    assert set(native_specs()) == {"mosquitto", "nats"}
+    expected = {
+        "mosquitto": "mosquitto",
+        "rabbitmq-mqtt": "rabbitmq-mqtt",
+        "rabbitmq-amqp": "rabbitmq-amqp",
+        "activemq": "activemq",
+        "nats": "nats",
+        "redis": "redis",
+        "zenoh": "zenoh",
+        "tbmq-style": "tbmq-style",
+    }
+    assert {k: v for k, v in with_spec.items() if v} == expected
+    assert set(native_specs()) == set(expected.values())
 
 
 @pytest.mark.parametrize("name", ["emqx", "hivemq", "artemis", "tbmq"])

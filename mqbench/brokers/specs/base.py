@@ -70,6 +70,14 @@ class NativeSpec(ABC):
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """One protocol-level readiness probe, bounded by ``timeout_s``; never raises."""
 
+    def companion_pids(self, plan: LaunchPlan) -> list[int]:
+        """Processes the broker started outside its own process tree that must stop with it.
+
+        Example: the ``epmd`` daemon an Erlang node starts. Called by ``NativeBroker.stop``
+        after the broker process has stopped; those PIDs get SIGTERM (then SIGKILL).
+        """
+        return []
+
 
 def run_for_output(argv: list[str], timeout_s: float = 5.0) -> str:
     """Run a short command and return stdout+stderr ('' if it cannot run in time)."""

@@ -1,0 +1,210 @@
+"""ActiveMQ Classic 5.17 as a native process (Debian package ``activemq``), MQTT only.
+
+The Debian package ships the broker's jars in ``/usr/share/activemq`` and an init script
+meant for ``/var/lib/activemq/<instance>``; mqbench instead runs the JVM directly with an
+instance of its own in the work directory (see docs/brokers.md):
+
+- ``activemq.base``/``activemq.conf``/``activemq.data`` and ``java.io.tmpdir`` point into
+  the work directory; ``conf/activemq.xml`` has a single transport connector,
+  ``mqtt://127.0.0.1:<port>``. No OpenWire, no JMX, no web console, no advisories, no
+  scheduler, ``persistent="false"`` (memory store; MQTT QoS 1 then means "acknowledged by
+  the broker", not "on disk").
+- The MQTT protocol module needs the FuseSource ``mqtt-client`` jar (its codec) and
+  ``hawtdispatch``/``hawtdispatch-transport`` (Debian ``libmqtt-client-java`` and
+  ``libhawtdispatch-java``), which are not on the broker's class path by default: without
+  them CONNECT hangs with ``NoClassDefFoundError``. ActiveMQ's launcher adds
+  ``${activemq.base}/lib`` to the class path, so the spec symlinks the jars there.
+- Logging: ``conf/log4j.properties`` (log4j 1.2, as bound by the Debian slf4j jars) writes
+  to stdout, which the runtime redirects into ``<workdir>/activemq.log``.
+- JVM: ``-Xms64m -Xmx512m`` by default (option ``heap``); broker memory usage limit 256 MB
+  (option ``memory_limit_mb``), below the heap so the broker does not reset it with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match
+from mqbench.brokers.specs.rabbitmq import mqtt_probe
+from mqbench.errors import BrokerError
+
+ACTIVEMQ_HOME = Path("/usr/share/activemq")
+LAUNCHER_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
+JAVA_DIR = Path("/usr/share/java")
+MQTT_JARS = ("mqtt-client.jar", "hawtdispatch.jar", "hawtdispatch-transport.jar")
+"""Jars the MQTT connector needs besides ActiveMQ's own (from ``/usr/share/java``)."""
+
+DEFAULTS: dict[str, Any] = {
+    "heap": "512m",
+    "memory_limit_mb": 256,
+    "max_connections": 20000,
+    "default_keep_alive_ms": 60000,
+    "extra_config": "",
+}
+"""Broker options this spec understands and their defaults.
+
+``extra_config`` is inserted verbatim into the ``<broker>`` element of activemq.xml.
+"""
+
+LOG4J_PROPERTIES = """\
+# written by mqbench (mqbench/brokers/specs/activemq.py)
+log4j.rootLogger=INFO, console
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} | %-5p | %m | %c | %t%n
+"""
+
+
+def missing_mqtt_jars(java_dir: Path | None = None) -> list[str]:
+    """The jars of :data:`MQTT_JARS` not found in ``java_dir`` (default :data:`JAVA_DIR`)."""
+    directory = JAVA_DIR if java_dir is None else java_dir
+    return [jar for jar in MQTT_JARS if not (directory / jar).is_file()]
+
+
+class ActiveMqSpec(NativeSpec):
+    """ActiveMQ Classic with one MQTT connector on loopback and an in-memory store."""
+
+    name = "activemq"
+    executable = "activemq (/usr/share/activemq) with java and libmqtt-client-java"
+    install_hint = "apt-get install activemq libmqtt-client-java"
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """``$JAVA_HOME/bin/java`` when set, then ``java`` on ``PATH``."""
+        java_home = os.environ.get("JAVA_HOME")
+        if java_home:
+            yield Path(java_home) / "bin" / "java"
+        found = shutil.which("java")
+        if found:
+            yield Path(found)
+
+    def find_binary(self) -> Path | None:
+        """``java``, provided ActiveMQ's launcher jar and the MQTT jars are installed."""
+        if not LAUNCHER_JAR.is_file() or missing_mqtt_jars():
+            return None
+        for candidate in self.candidate_paths():
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+        return None
+
+    def version(self, binary: Path) -> str:
+        """From the broker jar's name in Debian's maven repo, else from its manifest."""
+        broker_jar = ACTIVEMQ_HOME / "lib" / "activemq-broker.jar"
+        with_version = first_match(r"activemq-broker-(\d[\w.]*)\.jar", _resolve(broker_jar))
+        if with_version != "unknown":
+            return with_version
+        return _jar_version(broker_jar)
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write the instance (conf, lib symlinks, data) and return the ``java -jar`` argv."""
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown activemq option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        missing = missing_mqtt_jars()
+        if missing:
+            raise BrokerError(
+                f"ActiveMQ's MQTT connector needs {', '.join(missing)} in {JAVA_DIR}; "
+                f"install it with: {self.install_hint}"
+            )
+        opts = {**DEFAULTS, **options}
+        base = workdir.resolve()
+        conf, data, lib, tmp = (base / d for d in ("conf", "data", "lib", "tmp"))
+        for directory in (conf, data, lib, tmp):
+            directory.mkdir(parents=True, exist_ok=True)
+        for jar in MQTT_JARS:
+            link = lib / jar
+            if not link.exists():
+                link.symlink_to(JAVA_DIR / jar)
+        uri = (
+            f"mqtt://{host}:{port}?maximumConnections={int(opts['max_connections'])}"
+            f"&transport.defaultKeepAlive={int(opts['default_keep_alive_ms'])}"
+        )
+        extra = str(opts["extra_config"]).strip()
+        xml = f"""\
+<!-- written by mqbench (mqbench/brokers/specs/activemq.py) -->
+<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans
+    http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+    http://activemq.apache.org/schema/core
+    http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <broker xmlns="http://activemq.apache.org/schema/core" brokerName="mqbench"
+          useJmx="false" persistent="false" advisorySupport="false"
+          schedulerSupport="false" dataDirectory={quoteattr(str(data))}>
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage limit="{int(opts["memory_limit_mb"])} mb"/></memoryUsage>
+      </systemUsage>
+    </systemUsage>
+    <transportConnectors>
+      <transportConnector name="mqtt" uri={quoteattr(uri)}/>
+    </transportConnectors>
+{extra}
+  </broker>
+</beans>
+"""
+        config_path = conf / "activemq.xml"
+        config_path.write_text(xml, encoding="utf-8")
+        (conf / "log4j.properties").write_text(LOG4J_PROPERTIES, encoding="utf-8")
+        heap = str(opts["heap"])
+        argv = [
+            str(binary),
+            "-Xms64m",
+            f"-Xmx{heap}",
+            "-Djava.awt.headless=true",
+            f"-Dactivemq.home={ACTIVEMQ_HOME}",
+            f"-Dactivemq.base={base}",
+            f"-Dactivemq.conf={conf}",
+            f"-Dactivemq.data={data}",
+            f"-Djava.io.tmpdir={tmp}",
+            f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+            "-jar",
+            str(LAUNCHER_JAR),
+            "start",
+            f"xbean:file:{config_path}",
+        ]
+        settings: dict[str, Any] = {
+            "heap_max": heap,
+            "memory_limit_mb": int(opts["memory_limit_mb"]),
+            "max_connections": int(opts["max_connections"]),
+            "default_keep_alive_ms": int(opts["default_keep_alive_ms"]),
+            "persistent": False,
+            "connectors": ["mqtt"],
+            "anonymous": True,
+        }
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(argv=argv, config_path=config_path, config_text=xml, settings=settings)
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """An MQTT 3.1.1 CONNECT answered by a CONNACK (the MQTT codec is loaded)."""
+        return mqtt_probe(host, port, timeout_s)
+
+
+def _resolve(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return ""
+
+
+def _jar_version(jar: Path) -> str:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            manifest = archive.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return "unknown"
+    return first_match(r"(?:Implementation|Bundle)-Version:\s*(\S+)", manifest)

@@ -1,0 +1,296 @@
+"""RabbitMQ 3.x as a native process (Debian package ``rabbitmq-server``), one node per instance.
+
+One class serves two targets: ``rabbitmq-mqtt`` (the instance's main port is the MQTT
+listener of the ``rabbitmq_mqtt`` plugin) and ``rabbitmq-amqp`` (the main port is the AMQP
+0-9-1 listener). Every instance also has an AMQP listener; its port is in
+``settings["amqp_port"]`` (and the MQTT port, when the plugin is on, in
+``settings["mqtt_port"]``).
+
+How it runs without systemd, as root, next to other nodes (see docs/brokers.md):
+
+- The Debian wrapper ``/usr/sbin/rabbitmq-server`` switches to user ``rabbitmq`` and uses
+  ``/var/lib/rabbitmq``; mqbench runs the real script ``/usr/lib/rabbitmq/bin/rabbitmq-server``
+  instead, with ``HOME`` (Erlang cookie), ``RABBITMQ_CONF_ENV_FILE``, ``RABBITMQ_CONFIG_FILE``,
+  ``RABBITMQ_ENABLED_PLUGINS_FILE``, ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE`` and
+  ``RABBITMQ_PID_FILE`` all inside the work directory, set through ``/usr/bin/env`` in argv
+  (so they are recorded in the manifest).
+- ``RABBITMQ_NODENAME=mqbench-<port>@localhost`` is unique per instance; ``ERL_EPMD_PORT``
+  and ``RABBITMQ_DIST_PORT`` are free ports of their own, ``ERL_EPMD_ADDRESS=127.0.0.1`` and
+  ``-kernel inet_dist_use_interface {127,0,0,1}`` keep epmd and distribution on loopback.
+- ``RUNNING_UNDER_SYSTEMD=true`` makes the script ``exec`` the Erlang VM, so the process the
+  runtime starts *is* ``beam.smp``: SIGTERM stops the node gracefully (about 2 s).
+- The VM starts ``epmd -daemon`` on ``ERL_EPMD_PORT``; that daemon is not a child of the
+  node and outlives it. :meth:`RabbitMqSpec.companion_pids` finds it by the port this
+  instance assigned (and checks its name and environment), so ``stop()`` ends it by PID.
+- Plugins are enabled "offline" by writing the ``enabled_plugins`` file of the instance
+  (exactly what ``rabbitmq-plugins enable --offline`` writes); no management plugin.
+- MQTT: anonymous connections are mapped to ``guest``/``guest`` on vhost ``/``;
+  ``loopback_users = none`` (the listeners are loopback-only anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.specs.mosquitto import MQTT_DISCONNECT, mqtt_connect_packet
+from mqbench.errors import BrokerError
+
+DEFAULTS: dict[str, Any] = {
+    "amqp_port": None,
+    "mqtt_port": None,
+    "mqtt": None,
+    "vm_memory_high_watermark": 0.4,
+    "disk_free_limit": "50MB",
+    "default_user": "guest",
+    "default_pass": "guest",
+    "extra_config": "",
+}
+"""Broker options this spec understands and their defaults.
+
+``amqp_port``/``mqtt_port``: None picks a free port (for the target's main protocol the
+runtime's port is used). ``mqtt``: enable the MQTT plugin (None: only for rabbitmq-mqtt).
+"""
+
+SCRIPT_PATH = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+"""The real start script on Debian (``/usr/sbin/rabbitmq-server`` is a ``su`` wrapper)."""
+
+AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+EPMD_NAME = "epmd"
+
+
+def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
+    """Send the AMQP 0-9-1 protocol header and expect ``Connection.Start`` on channel 0."""
+    deadline = time.monotonic() + timeout_s
+    sock = tcp_connect(host, port, timeout_s)
+    if sock is None:
+        return False
+    try:
+        sock.sendall(AMQP_PROTOCOL_HEADER)
+        head = recv_exactly(sock, 11, deadline)
+        frame_type, channel, _size, class_id, method_id = struct.unpack(">BHIHH", head)
+        return (frame_type, channel, class_id, method_id) == (1, 0, 10, 10)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
+    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (any return code)."""
+    deadline = time.monotonic() + timeout_s
+    sock = tcp_connect(host, port, timeout_s)
+    if sock is None:
+        return False
+    try:
+        sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
+        connack = recv_exactly(sock, 4, deadline)
+        if connack[:2] != b"\x20\x02":
+            return False
+        if connack[3] == 0:
+            sock.sendall(MQTT_DISCONNECT)
+        return True
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def find_epmd(port: int) -> list[int]:
+    """PIDs of ``epmd`` processes listening on TCP ``port`` whose environment names that port.
+
+    Only a daemon started with ``ERL_EPMD_PORT=<port>`` (i.e. by the node this instance
+    started, as that port was picked for it) qualifies; any other epmd is left alone.
+    """
+    import psutil
+
+    pids: set[int] = set()
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    for conn in conns:
+        if conn.pid is None or conn.status != psutil.CONN_LISTEN or not conn.laddr:
+            continue
+        if conn.laddr.port != port:
+            continue
+        try:
+            proc = psutil.Process(conn.pid)
+            if proc.name() != EPMD_NAME:
+                continue
+            if proc.environ().get("ERL_EPMD_PORT") != str(port):
+                continue
+        except (psutil.Error, OSError):
+            continue
+        pids.add(conn.pid)
+    return sorted(pids)
+
+
+class RabbitMqSpec(NativeSpec):
+    """A RabbitMQ node whose main port speaks ``protocol`` (``mqtt`` or ``amqp``)."""
+
+    executable = "rabbitmq-server"
+    install_hint = "apt-get install rabbitmq-server"
+
+    def __init__(self, protocol: Literal["mqtt", "amqp"]) -> None:
+        """Serve the ``rabbitmq-<protocol>`` target."""
+        self.protocol = protocol
+        self.name = f"rabbitmq-{protocol}"
+        # main (MQTT) port -> AMQP port of the instances this spec prepared (for readiness)
+        self._amqp_ports: dict[int, int] = {}
+
+    def candidate_paths(self) -> Iterable[Path]:
+        """The real start script (the Debian ``/usr/sbin`` wrapper is not usable here)."""
+        return (SCRIPT_PATH,)
+
+    def find_binary(self) -> Path | None:
+        """The start script; a script on ``PATH`` counts only next to its ``rabbitmq-env``."""
+        path = super().find_binary()
+        if path is None:
+            return None
+        real = path.resolve()
+        return path if (real.parent / "rabbitmq-env").is_file() else None
+
+    def version(self, binary: Path) -> str:
+        """From the server's directory name (``.../rabbitmq_server-3.10.8/sbin/...``)."""
+        real = binary.resolve()
+        for directory in real.parents:
+            if directory.name.startswith("rabbitmq_server-"):
+                return directory.name.removeprefix("rabbitmq_server-")
+        with contextlib.suppress(OSError):
+            lib = real.parent.parent / "lib"
+            names = sorted(p.name for p in lib.glob("rabbitmq_server-*"))
+            if names:
+                return names[-1].removeprefix("rabbitmq_server-")
+        return "unknown"
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via ``env``."""
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise BrokerError(
+                f"unknown rabbitmq option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(DEFAULTS))})"
+            )
+        opts = {**DEFAULTS, **options}
+        mqtt = self.protocol == "mqtt" if opts["mqtt"] is None else bool(opts["mqtt"])
+        if self.protocol == "mqtt" and not mqtt:
+            raise BrokerError("rabbitmq-mqtt needs the MQTT plugin (option mqtt: false given)")
+        if self.protocol == "mqtt":
+            mqtt_port: int | None = port
+            amqp_port = int(opts["amqp_port"] or free_port(host))
+        else:
+            amqp_port = port
+            mqtt_port = int(opts["mqtt_port"] or free_port(host)) if mqtt else None
+        if mqtt_port is not None and self.protocol == "mqtt":
+            self._amqp_ports[port] = amqp_port
+        epmd_port = free_port(host)
+        dist_port = free_port(host)
+        nodename = f"mqbench-{port}@localhost"
+        workdir = workdir.resolve()
+        mnesia = workdir / "mnesia"
+        logs = workdir / "log"
+        for directory in (mnesia, logs):
+            directory.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "# written by mqbench (mqbench/brokers/specs/rabbitmq.py)",
+            f"listeners.tcp.1 = {host}:{amqp_port}",
+            "loopback_users = none",
+            f"default_user = {opts['default_user']}",
+            f"default_pass = {opts['default_pass']}",
+            "log.console = true",
+            "log.console.level = info",
+            "log.file = false",
+            f"vm_memory_high_watermark.relative = {float(opts['vm_memory_high_watermark'])}",
+            f"disk_free_limit.absolute = {opts['disk_free_limit']}",
+            "tcp_listen_options.nodelay = true",
+        ]
+        if mqtt:
+            lines += [
+                f"mqtt.listeners.tcp.1 = {host}:{mqtt_port}",
+                "mqtt.allow_anonymous = true",
+                f"mqtt.default_user = {opts['default_user']}",
+                f"mqtt.default_pass = {opts['default_pass']}",
+                "mqtt.vhost = /",
+                "mqtt.exchange = amq.topic",
+                "mqtt.tcp_listen_options.nodelay = true",
+            ]
+        extra = str(opts["extra_config"]).strip()
+        if extra:
+            lines += ["# extra_config from the scenario", extra]
+        text = "\n".join(lines) + "\n"
+        config_path = workdir / "rabbitmq.conf"
+        config_path.write_text(text, encoding="utf-8")
+        plugins = ["rabbitmq_mqtt"] if mqtt else []
+        enabled = workdir / "enabled_plugins"
+        enabled.write_text(f"[{','.join(plugins)}].\n", encoding="utf-8")
+        env_file = workdir / "rabbitmq-env.conf"
+        env_file.write_text(
+            "# written by mqbench: every setting is passed in the environment (see argv)\n",
+            encoding="utf-8",
+        )
+        env = {
+            "HOME": str(workdir),
+            "RABBITMQ_CONF_ENV_FILE": str(env_file),
+            "RABBITMQ_CONFIG_FILE": str(config_path),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(workdir / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(enabled),
+            "RABBITMQ_NODENAME": nodename,
+            "RABBITMQ_USE_LONGNAME": "false",
+            "RABBITMQ_MNESIA_BASE": str(mnesia),
+            "RABBITMQ_LOG_BASE": str(logs),
+            "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "ERL_EPMD_PORT": str(epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RUNNING_UNDER_SYSTEMD": "true",
+        }
+        argv = ["/usr/bin/env", *(f"{key}={value}" for key, value in env.items()), str(binary)]
+        settings: dict[str, Any] = {
+            "nodename": nodename,
+            "amqp_port": amqp_port,
+            "mqtt_port": mqtt_port,
+            "epmd_port": epmd_port,
+            "dist_port": dist_port,
+            "plugins": plugins,
+            "default_user": opts["default_user"],
+            "vm_memory_high_watermark": float(opts["vm_memory_high_watermark"]),
+            "disk_free_limit": opts["disk_free_limit"],
+            "mqtt_allow_anonymous": mqtt,
+        }
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """``Connection.Start`` on the AMQP port (+ a CONNACK on the MQTT port for mqtt).
+
+        RabbitMQ opens its listeners in the last boot step, MQTT's first and AMQP's a moment
+        later ("Ready to start client connection listeners"), so the MQTT target checks both.
+        """
+        if self.protocol == "mqtt":
+            amqp_port = self._amqp_ports.get(port)
+            if amqp_port is not None and not amqp_probe(host, amqp_port, timeout_s):
+                return False
+            return mqtt_probe(host, port, timeout_s)
+        return amqp_probe(host, port, timeout_s)
+
+    def companion_pids(self, plan: LaunchPlan) -> list[int]:
+        """The ``epmd`` daemon the node started on this instance's own epmd port."""
+        epmd_port = plan.settings.get("epmd_port")
+        return find_epmd(int(epmd_port)) if epmd_port else []

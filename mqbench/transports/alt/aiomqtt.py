@@ -1,0 +1,225 @@
+"""The ``aiomqtt`` client: MQTT 3.1.1 through the stock aiomqtt library (QoS 0 and 1).
+
+aiomqtt wraps paho-mqtt in asyncio (paho's socket is driven by the event loop). Its
+``publish`` is a coroutine that returns once paho handed the message over (QoS 0) or the
+PUBACK arrived (QoS 1), so a sender schedules one task per message; the ack handler is
+called when a QoS 1 task completes. A reader task iterates ``client.messages`` and calls
+the handler of the first subscription whose filter matches, with ``time.time_ns()`` taken
+per message.
+
+``ClientOptions.extra``: ``username``, ``password``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from typing import Any
+
+import aiomqtt
+
+from mqbench.errors import TransportError
+from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+
+
+class AiomqttTransport:
+    """Creates :class:`AiomqttClient` instances."""
+
+    name: str = "aiomqtt"
+    protocol: str = "mqtt"
+    max_qos: int = 1
+
+    def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AiomqttClient:
+        """Return a new, unconnected client."""
+        return AiomqttClient(endpoint, options)
+
+
+class AiomqttClient:
+    """One aiomqtt connection implementing :class:`mqbench.transports.base.Client`."""
+
+    def __init__(self, endpoint: Endpoint, options: ClientOptions) -> None:
+        self._endpoint = endpoint
+        self._options = options
+        self._where = f"mqtt broker at {endpoint.host}:{endpoint.port}"
+        self._client: aiomqtt.Client | None = None
+        self._subs: list[tuple[str, MessageHandler]] = []
+        self._reader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ack_handler: AckHandler | None = None
+        self._connected = False
+        self.failed_publishes = 0
+        """Publishes that raised (e.g. the connection dropped while they were pending)."""
+        self.unrouted = 0
+        """Messages that matched no subscription (dropped)."""
+
+    @property
+    def connected(self) -> bool:
+        """True between a successful connect and close (or a lost connection)."""
+        return self._connected
+
+    async def connect(self) -> None:
+        """Connect and start the reader task; TransportError with the reason on failure."""
+        options = self._options
+        timeout = options.connect_timeout_s
+        extra = options.extra
+        password = extra.get("password")
+        # aiomqtt binds the running loop when the client is created: create it here.
+        self._client = aiomqtt.Client(
+            self._endpoint.host,
+            self._endpoint.port,
+            identifier=options.client_id,
+            username=None if extra.get("username") is None else str(extra["username"]),
+            password=None if password is None else str(password),
+            clean_session=options.clean_session,
+            keepalive=options.keepalive_s,
+            timeout=timeout,
+        )
+        try:
+            async with asyncio.timeout(timeout + 1):
+                await self._client.__aenter__()
+        except TimeoutError:
+            raise TransportError(
+                f"cannot connect to {self._where}: no CONNACK within {timeout:g} s"
+            ) from None
+        except aiomqtt.MqttCodeError as exc:
+            # A CONNACK with a failure code (e.g. bad user name or password).
+            reason = re.sub(r"^\[code:\d+\]\s*", "", str(exc))
+            raise TransportError(
+                f"{self._where} refused the connection of {options.client_id!r}: {reason} "
+                f"(CONNACK code {exc.rc})"
+            ) from None
+        except aiomqtt.MqttError as exc:
+            raise TransportError(f"cannot connect to {self._where}: {_reason(exc)}") from None
+        self._connected = True
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._emit("connected", {"client_id": self._options.client_id})
+
+    async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
+        """Subscribe (aiomqtt awaits the SUBACK) and route matching messages to the handler."""
+        if qos not in (0, 1):
+            raise TransportError(f"aiomqtt client supports QoS 0 and 1, not {qos}")
+        mqtt = self._client
+        if not self._connected or mqtt is None:
+            raise TransportError(f"cannot subscribe to {topic!r}: not connected")
+        entry = (topic, on_message)
+        self._subs.append(entry)
+        try:
+            granted = await mqtt.subscribe(topic, qos, timeout=self._options.connect_timeout_s)
+        except aiomqtt.MqttError as exc:
+            self._subs.remove(entry)
+            raise TransportError(f"subscribe to {topic!r} failed: {_reason(exc)}") from None
+        first = granted[0] if granted else 0x80
+        code = first if isinstance(first, int) else int(first.value)
+        if code >= 0x80:
+            self._subs.remove(entry)
+            raise TransportError(f"{self._where} refused the subscription to {topic!r}")
+        self._emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": code})
+
+    def sender(self, topic: str, qos: int) -> Sender:
+        """Return ``send(payload, tag) -> bool``; each call schedules one publish task."""
+        if qos not in (0, 1):
+            raise TransportError(f"aiomqtt client supports QoS 0 and 1, not {qos}")
+        client = self
+        tasks = self._tasks
+
+        def send(payload: bytes, tag: int) -> bool:
+            if not client._connected:
+                return False
+            task = asyncio.get_running_loop().create_task(client._publish(topic, payload, qos, tag))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            return True
+
+        return send
+
+    async def _publish(self, topic: str, payload: bytes, qos: int, tag: int) -> None:
+        mqtt = self._client
+        if mqtt is None:
+            self.failed_publishes += 1
+            return
+        try:
+            await mqtt.publish(topic, payload, qos, timeout=float("inf"))
+        except aiomqtt.MqttError:
+            self.failed_publishes += 1
+            return
+        if qos:
+            handler = self._ack_handler
+            if handler is not None:
+                handler(tag, time.time_ns())
+
+    def set_ack_handler(self, handler: AckHandler) -> None:
+        """Call ``handler(tag, t_ack_ns)`` when a QoS 1 publish was acknowledged."""
+        self._ack_handler = handler
+
+    def pending_write_bytes(self) -> int:
+        """Not observable through aiomqtt: always 0."""
+        return 0
+
+    async def flush(self, timeout_s: float) -> None:
+        """Wait for scheduled publishes (QoS 1: their PUBACKs), at most ``timeout_s``."""
+        if not self._tasks:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Disconnect and stop the reader; never raises."""
+        if not self._connected:
+            return
+        self._connected = False
+        for task in list(self._tasks):
+            task.cancel()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        mqtt = self._client
+        if mqtt is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await mqtt.__aexit__(None, None, None)
+        self._emit(
+            "disconnected",
+            {"client_id": self._options.client_id, "reason": "closed by client", "expected": True},
+        )
+
+    async def _read(self) -> None:
+        mqtt = self._client
+        assert mqtt is not None
+        try:
+            async for message in mqtt.messages:
+                now = time.time_ns()
+                for topic_filter, handler in self._subs:
+                    if message.topic.matches(topic_filter):
+                        payload = message.payload
+                        handler(payload if isinstance(payload, bytes) else bytes(payload), now)
+                        break
+                else:
+                    self.unrouted += 1
+        except aiomqtt.MqttError as exc:
+            if self._connected:
+                self._connected = False
+                self._emit(
+                    "disconnected",
+                    {
+                        "client_id": self._options.client_id,
+                        "reason": _reason(exc),
+                        "expected": False,
+                    },
+                )
+
+    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+        handler = self._options.on_event
+        if handler is not None:
+            handler(kind, details)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "Connection refused" in text or "[Errno 111]" in text:
+        return "connection refused"
+    return text
