@@ -102,6 +102,7 @@ class Coordinator:
         expected_per_sent: float = 1.0,
         on_progress: ProgressFn | None = None,
         on_workers: Callable[[list[int]], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> None:
         self.plans = plans
         self.events = events
@@ -114,6 +115,7 @@ class Coordinator:
         self.expected_per_sent = expected_per_sent
         self.on_progress = on_progress
         self.on_workers = on_workers
+        self.on_start = on_start
         self._handles: list[_WorkerHandle] = []
         self._history: deque[tuple[float, int, int]] = deque()
         self._last_connection_log = 0.0
@@ -133,6 +135,8 @@ class Coordinator:
             for handle in self._handles:
                 handle.send("start", start_ns)
             self.events.write("publishing_started", start_ns=start_ns)
+            if self.on_start is not None:
+                self.on_start(start_ns)
             published_ns = self._watch(start_ns)
         except KeyboardInterrupt:
             interrupted = True

@@ -104,6 +104,8 @@ def build_plans(
     connect_timeout_s: float,
     spin_ns: int,
     late_threshold_ns: int,
+    proxy_port: int = 0,
+    proxied: dict[str, list[int]] | None = None,
 ) -> list[WorkerPlan]:
     """Shard a cell over ``workers`` processes.
 
@@ -145,6 +147,9 @@ def build_plans(
                 persistent=topology.persistent,
                 connect_rate=cell.connect_rate / workers if cell.connect_rate else 0.0,
                 churn=churn,
+                proxy_port=proxy_port,
+                proxied_subs=frozenset((proxied or {}).get("subscribers", [])),
+                proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
             )
         )
     return plans

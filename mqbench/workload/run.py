@@ -16,10 +16,11 @@ from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, MqbenchError, ScenarioError
+from mqbench.faults.driver import FaultDriver
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import check_output_root, create_result_dir
 from mqbench.scenario.matrix import Cell, expand
-from mqbench.scenario.model import Scenario
+from mqbench.scenario.model import Faults, Scenario
 from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.transports.topics import is_filter
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
@@ -27,7 +28,7 @@ from mqbench.workload.events import EventLog
 from mqbench.workload.plan import build_plans, worker_count
 from mqbench.workload.search import SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
-from mqbench.workload.topology import build_topology
+from mqbench.workload.topology import build_topology, fault_targets
 
 
 class RunReporter(Protocol):
@@ -78,6 +79,18 @@ def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
         availability = runtime.availability(target_name)
         if not availability.available:
             raise BrokerError(f"target {target_name!r}: {availability.reason}")
+    if scenario.faults is not None:
+        check_faults(scenario.faults)
+
+
+def check_faults(faults: Faults) -> None:
+    """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
+    from mqbench.faults.client import ToxiproxyClient
+    from mqbench.faults.toxics import DOWNSTREAM, validate_toxic
+
+    validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
+    if faults.proxy != "builtin":
+        ToxiproxyClient(faults.proxy).check()
 
 
 def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
@@ -108,6 +121,8 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
     for cell in cells:
         worker_count(scenario.generator.workers, cell.connections, cpus)
         topology = build_topology(cell, "check", scenario.seed)
+        if scenario.faults is not None:
+            fault_targets(topology, scenario.faults.target)
         protocol = get_target(cell.target).transport
         if protocol == "redis" and any(is_filter(s.topic_filter) for s in topology.subscribers):
             raise ScenarioError(
@@ -215,6 +230,7 @@ def _run_cell(
     events = EventLog(cell_dir / "events.jsonl")
     sampler = ResourceSampler(cell_dir / "resources.csv")
     broker: RunningBroker | None = None
+    faults: FaultDriver | None = None
     try:
         reporter.phase(cell, f"starting {cell.target} ({scenario.runtime})")
         broker = get_runtime(scenario.runtime).start(
@@ -234,6 +250,19 @@ def _run_cell(
         if isinstance(broker, HasResourceSource) and (source := broker.resource_source()):
             sampler.add_source(source)
         sampler.start()
+        proxy_port = 0
+        proxied: dict[str, list[int]] | None = None
+        if scenario.faults is not None:
+            proxied = fault_targets(topology, scenario.faults.target)
+            faults = FaultDriver(
+                scenario.faults,
+                seed=scenario.seed,
+                cell_index=cell.index,
+                events=events.write,
+                affected=proxied,
+            )
+            reporter.phase(cell, f"starting fault proxy ({scenario.faults.proxy})")
+            proxy_port = faults.start(broker.endpoint.host, broker.endpoint.port)
         reporter.phase(cell, f"connecting {cell.connections} clients")
         plans = build_plans(
             cell,
@@ -246,7 +275,10 @@ def _run_cell(
             connect_timeout_s=scenario.generator.connect_timeout,
             spin_ns=int(scenario.generator.spin_ms * 1e6),
             late_threshold_ns=int(scenario.generator.max_send_lag_ms * 1e6),
+            proxy_port=proxy_port,
+            proxied=proxied,
         )
+        driver = faults
         coordinator = Coordinator(
             plans,
             events=events,
@@ -260,6 +292,11 @@ def _run_cell(
             expected_per_sent=cell.expected_delivery_rate / cell.offered_rate,
             on_progress=lambda p: reporter.progress(cell, p),
             on_workers=lambda pids: sampler.add_role("generator", pids),
+            on_start=(
+                (lambda start_ns: driver.begin(start_ns, cell.warmup_s, cell.duration_s))
+                if driver is not None
+                else None
+            ),
         )
         outcome = coordinator.run()
         _record_outcome(scenario, cell, manifest, outcome)
@@ -278,6 +315,8 @@ def _run_cell(
         manifest.update_cell(cell.id, status="interrupted", error="interrupted by the user")
         raise
     finally:
+        if faults is not None:
+            faults.stop(save_log_to=cell_dir / "proxy_events.json")
         sampler.stop()
         if broker is not None:
             broker.stop()

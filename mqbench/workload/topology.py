@@ -35,6 +35,7 @@ class PubSpec:
     index: int
     client_id: str
     topic: str
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class SubSpec:
     client_id: str
     topic_filter: str
     persistent: bool
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
         prefix = pgroup.client_id_prefix or f"{ids}{pgroup.id}-"
         first = len(pubs)
         for j in range(pgroup.count):
-            pubs.append(PubSpec(len(pubs), f"{prefix}{j}", f"{pgroup.topic_prefix}{j}"))
+            pubs.append(PubSpec(len(pubs), f"{prefix}{j}", f"{pgroup.topic_prefix}{j}", pgroup.id))
         ranges[pgroup.id] = (first, len(pubs))
     subs: list[SubSpec] = []
     routes: list[dict[str, Any]] = []
@@ -125,7 +127,7 @@ def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
         keep = group.persistent if group.persistent is not None else persistent
         first = len(subs)
         for j in range(group.count):
-            subs.append(SubSpec(len(subs), f"{prefix}{j}", group.topic_filter, keep))
+            subs.append(SubSpec(len(subs), f"{prefix}{j}", group.topic_filter, keep, group.id))
         for pub_group in cell.groups.publishers:
             a, b = ranges[pub_group.id]
             sample = [pubs[a].topic, pubs[b - 1].topic]
@@ -148,3 +150,22 @@ def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
         if is_filter(pub.topic):
             raise ScenarioError(f"publisher topic {pub.topic!r} contains a wildcard")
     return Topology(pubs, subs, routes, persistent)
+
+
+def fault_targets(topology: Topology, target: str) -> dict[str, list[int]]:
+    """Indices of the clients a fault's ``target`` names (subscribers, publishers, all, a group)."""
+    subs = [s.index for s in topology.subscribers]
+    pubs = [p.index for p in topology.publishers]
+    if target == "subscribers":
+        return {"subscribers": subs, "publishers": []}
+    if target == "publishers":
+        return {"subscribers": [], "publishers": pubs}
+    if target == "all":
+        return {"subscribers": subs, "publishers": pubs}
+    chosen = {
+        "subscribers": [s.index for s in topology.subscribers if s.group == target],
+        "publishers": [p.index for p in topology.publishers if p.group == target],
+    }
+    if not chosen["subscribers"] and not chosen["publishers"]:
+        raise ScenarioError(f"faults.target {target!r}: no client group of that name")
+    return chosen

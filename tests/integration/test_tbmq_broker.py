@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
+from tbmq_helpers import BrokerThread, running_broker
 
 from mqbench.brokers.specs.tbmq_style import PostgresService, RedisService
 from mqbench.transports.base import ClientOptions, Endpoint
@@ -32,7 +33,6 @@ from mqbench.transports.mqtt_codec import (
     encode_publish,
     publish_prefix,
 )
-from tests.integration.tbmq_helpers import BrokerThread, running_broker
 
 pytestmark = pytest.mark.integration
 

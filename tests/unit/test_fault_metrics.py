@@ -1,3 +1,4 @@
+import itertools
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ def test_exponential_schedule_is_reproducible_and_recovers_before_the_horizon() 
     assert a == exponential_schedule(30.0, 5.0, 180.0, seed=7)
     assert a != exponential_schedule(30.0, 5.0, 180.0, seed=8)
     assert all(0 < w.start_s < w.end_s <= 180.0 for w in a)
-    assert all(x.end_s <= y.start_s for x, y in zip(a, a[1:], strict=False))
+    assert all(x.end_s <= y.start_s for x, y in itertools.pairwise(a))
 
 
 def test_exponential_schedule_approaches_mttr_over_mttf_plus_mttr_downtime() -> None:
