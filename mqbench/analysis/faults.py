@@ -11,6 +11,9 @@ Spark summary and writes ``cells/<id>/faults.json``:
   recovery) and ``drain_ms`` (until the last delivery of a message intended during that
   fault, i.e. how long the backlog took to drain);
 - ``reconnects`` and outage durations reported by the clients (``client_reconnected``);
+  ``subscriber_outage_fraction``: the faulted subscribers' time away as the clients saw it
+  (disconnect to resubscribed), over the window; it exceeds ``downtime_fraction`` by the
+  reconnect time after each recovery;
 - ``duplicates``: deliveries of a (publisher, sequence, subscriber) already delivered
   (redeliveries after reconnects).
 """
@@ -148,10 +151,21 @@ def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     )
     duplicates = int(keys[measured].size - np.unique(keys[measured]).size)
     outages = np.array([float(e["outage_ms"]) for e in events if e["kind"] == "client_reconnected"])
+    sub_outage_s = sum(
+        float(e["outage_ms"]) / 1000
+        for e in events
+        if e["kind"] == "client_reconnected" and e.get("role") == "sub"
+    )
+    window_s = (w_end - w_start) / 1e9
     return {
         "faults": len(windows),
         "windows": [[a, b] for a, b in windows],
         "downtime_fraction": downtime / (w_end - w_start) if w_end > w_start else None,
+        "subscriber_outage_fraction": (
+            sub_outage_s / (len(affected_subs) * window_s)
+            if affected_subs and window_s > 0
+            else None
+        ),
         "latency_in_faults": _stats(latency_us[during]),
         "latency_outside": _stats(latency_us[measured & ~during]),
         "recoveries": recoveries,

@@ -71,7 +71,7 @@ def serve(
     ] = 1000,
     max_packet_size: Annotated[
         int, typer.Option("--max-packet-size", help="Largest accepted packet in bytes.")
-    ] = 1024 * 1024,
+    ] = 16 * 1024 * 1024,
     max_keepalive: Annotated[
         int, typer.Option("--max-keepalive", help="Upper bound for keep-alives in s (0: none).")
     ] = 0,

@@ -54,10 +54,14 @@ class RichReporter:
 
     def cell_started(self, cell: Cell) -> None:
         """Start the live line of a cell."""
+        from mqbench.brokers.targets import get_target
+        from mqbench.transports.registry import resolve_client
+
+        client = resolve_client(get_target(cell.target).transport, cell.client)
         self.console.print(
             f"[bold]{cell.id}[/]: {cell.pairs} pairs x {cell.rate:g} msg/s = "
             f"{cell.offered_rate:g} msg/s offered, {cell.payload_bytes} B, QoS {cell.qos}, "
-            f"{cell.warmup_s:g}s warm-up + {cell.duration_s:g}s"
+            f"{cell.warmup_s:g}s warm-up + {cell.duration_s:g}s, client {client}"
         )
         if self.console.is_terminal:
             self._live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True)

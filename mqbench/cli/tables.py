@@ -82,6 +82,7 @@ def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
         "cell",
         "faults",
         "downtime %",
+        "sub away %",
         "p50 out",
         "p99 out",
         "p50 in",
@@ -99,10 +100,12 @@ def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
         ]
         drains = [r["drain_ms"] for r in m["recoveries"] if r["drain_ms"] is not None]
         fraction = m.get("downtime_fraction")
+        away = m.get("subscriber_outage_fraction")
         table.add_row(
             cell_id,
             str(m["faults"]),
             "-" if fraction is None else f"{100 * fraction:.1f}",
+            "-" if away is None else f"{100 * away:.1f}",
             _ms(out.get("p50_us")),
             _ms(out.get("p99_us")),
             _ms(inside.get("p50_us")),

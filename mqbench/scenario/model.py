@@ -211,6 +211,13 @@ class Generator(_Strict):
         description="the scheduler busy-waits this close to a due send instead of sleeping "
         "(event-loop timers have ~1 ms resolution)",
     )
+    reconnect_max: float = Field(
+        default=0.1,
+        gt=0,
+        le=60,
+        description="a lost client retries after 20 ms, doubling up to this (e.g. 100ms); "
+        "after a repaired fault it stays away at most this long plus the connect",
+    )
 
     @field_validator("workers")
     @classmethod
@@ -219,7 +226,7 @@ class Generator(_Strict):
             raise ValueError("workers must be >= 1 or 'auto'")
         return value
 
-    @field_validator("connect_timeout", mode="before")
+    @field_validator("connect_timeout", "reconnect_max", mode="before")
     @classmethod
     def _parse_timeout(cls, value: Any) -> float:
         return parse_duration(value)

@@ -19,6 +19,16 @@ Options understood in ``ClientOptions.extra``:
     crossing it only emits a ``write_paused`` event.
 ``close_timeout_s``
     How long ``close`` waits for the write buffer to drain before aborting (default 5).
+``max_inflight_qos2``
+    QoS 2 publishes in flight at once (default 20); more wait in the client, in order.
+    MQTT 3.1.1 has no receive maximum, yet mosquitto answers PUBREC to a QoS 2 PUBLISH beyond
+    its ``max_inflight_messages`` (20) and drops it, so an unbounded burst loses messages
+    while every flow "completes". Time spent waiting counts in the latency (which is measured
+    from the intended send time).
+
+Persistent sessions (``clean_session`` false): QoS 1/2 publishes not yet acknowledged when
+the connection drops are sent again with the DUP flag after the next CONNACK (and PUBREL
+again for those past PUBREC), as MQTT 3.1.1 section 4.4 requires.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import contextlib
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, cast
 
@@ -96,6 +107,7 @@ class MqttClient(asyncio.Protocol):
         "_connected",
         "_drain_waiter",
         "_endpoint",
+        "_frames",
         "_inflight",
         "_keepalive_handle",
         "_lost",
@@ -105,14 +117,18 @@ class MqttClient(asyncio.Protocol):
         "_options",
         "_parser",
         "_ping_outstanding",
+        "_qos2_backlog",
+        "_qos2_comp",
         "_qos2_in",
         "_qos2_out",
+        "_qos2_window",
         "_requests",
         "_routes",
         "_subs",
         "_transport",
         "_write",
         "_write_high",
+        "qos2_acked_as_qos1",
         "unrouted",
     )
 
@@ -137,7 +153,14 @@ class MqttClient(asyncio.Protocol):
         self._routes: dict[bytes, MessageHandler] = {}
         self._qos2_in: set[int] = set()
         self._qos2_out: set[int] = set()
-        """QoS 2 publishes waiting for PUBREC (those past PUBREC wait for PUBCOMP)."""
+        """QoS 2 publishes waiting for PUBREC."""
+        self._qos2_comp: set[int] = set()
+        """QoS 2 publishes past PUBREC, waiting for PUBCOMP."""
+        self._qos2_backlog: deque[tuple[bytes, bytes, int]] = deque()
+        """QoS 2 publishes waiting for a free in-flight slot: (prefix, payload, tag)."""
+        self._qos2_window = max(1, int(options.extra.get("max_inflight_qos2", 20)))
+        self._frames: dict[int, bytes] = {}
+        """PUBLISH frames sent and not yet acknowledged (PUBACK / PUBREC), for resending."""
         self._connack: asyncio.Future[Connack] | None = None
         self._lost: asyncio.Future[None] | None = None
         self._lost_reason: str | None = None
@@ -150,6 +173,8 @@ class MqttClient(asyncio.Protocol):
         )
         self.unrouted = 0
         """Messages that matched no subscription of this client (dropped)."""
+        self.qos2_acked_as_qos1 = 0
+        """QoS 2 publishes the broker answered with PUBACK (it downgraded them to QoS 1)."""
 
     # ------------------------------------------------------------------ Client API
 
@@ -160,8 +185,8 @@ class MqttClient(asyncio.Protocol):
 
     @property
     def inflight(self) -> int:
-        """QoS 1 publishes sent and not yet acknowledged."""
-        return len(self._inflight)
+        """QoS 1/2 publishes not yet acknowledged (including QoS 2 ones not yet sent)."""
+        return len(self._inflight) + len(self._qos2_backlog)
 
     def _where(self) -> str:
         return f"mqtt broker at {self._endpoint.host}:{self._endpoint.port}"
@@ -181,8 +206,11 @@ class MqttClient(asyncio.Protocol):
         if self._options.clean_session:
             # A clean session forgets subscriptions and unacknowledged publishes.
             self._inflight.clear()
+            self._frames.clear()
             self._qos2_in.clear()
             self._qos2_out.clear()
+            self._qos2_comp.clear()
+            self._qos2_backlog.clear()
             self._subs.clear()
             self._routes.clear()
         stage = "no TCP connection"
@@ -222,6 +250,7 @@ class MqttClient(asyncio.Protocol):
             raise TransportError(f"cannot connect to {self._where()}: connection closed")
         self._connected = True
         self._write = transport.write
+        self._resend_unacknowledged(transport)
         keepalive = self._options.keepalive_s
         if keepalive > 0:
             self._keepalive_handle = loop.call_later(keepalive / 2, self._keepalive_tick)
@@ -312,10 +341,10 @@ class MqttClient(asyncio.Protocol):
 
         inflight = self._inflight
         requests = self._requests
+        frames = self._frames
         pack = _pack_u16
-        awaiting_pubrec = self._qos2_out if qos == 2 else None
 
-        def send_acked(payload: bytes, tag: int) -> bool:
+        def send_qos1(payload: bytes, tag: int) -> bool:
             nonlocal size, prefix
             write = client._write
             if write is None:
@@ -326,18 +355,78 @@ class MqttClient(asyncio.Protocol):
                 if not pid:
                     return False
             client._next_pid = pid + 1 if pid < MAX_PACKET_ID else 1
-            inflight[pid] = tag
-            if awaiting_pubrec is not None:
-                awaiting_pubrec.add(pid)
             n = len(payload)
             if n != size:
-                prefix = publish_prefix(raw_topic, n, qos)
+                prefix = publish_prefix(raw_topic, n, 1)
                 size = n
-            write(prefix + pack(pid) + payload)
+            frame = prefix + pack(pid) + payload
+            inflight[pid] = tag
+            frames[pid] = frame
+            write(frame)
             client._activity = True
             return True
 
-        return send_acked
+        if qos == 1:
+            return send_qos1
+
+        backlog = self._qos2_backlog
+
+        def send_qos2(payload: bytes, tag: int) -> bool:
+            nonlocal size, prefix
+            if client._write is None:
+                return False
+            n = len(payload)
+            if n != size:
+                prefix = publish_prefix(raw_topic, n, 2)
+                size = n
+            if backlog or client._qos2_active() >= client._qos2_window:
+                backlog.append((prefix, payload, tag))
+                return True
+            return client._send_qos2(prefix, payload, tag)
+
+        return send_qos2
+
+    def _qos2_active(self) -> int:
+        return len(self._qos2_out) + len(self._qos2_comp)
+
+    def _send_qos2(self, prefix: bytes, payload: bytes, tag: int) -> bool:
+        write = self._write
+        if write is None:
+            return False
+        pid = self._allocate_packet_id()
+        if not pid:
+            return False
+        frame = prefix + _pack_u16(pid) + payload
+        self._inflight[pid] = tag
+        self._frames[pid] = frame
+        self._qos2_out.add(pid)
+        write(frame)
+        self._activity = True
+        return True
+
+    def _release_qos2_backlog(self) -> None:
+        backlog = self._qos2_backlog
+        while backlog and self._qos2_active() < self._qos2_window and self._write is not None:
+            prefix, payload, tag = backlog.popleft()
+            if not self._send_qos2(prefix, payload, tag):
+                backlog.appendleft((prefix, payload, tag))
+                return
+
+    def _resend_unacknowledged(self, transport: asyncio.Transport) -> None:
+        """After CONNACK of a persistent session: DUP-resend PUBLISHes, resend PUBRELs."""
+        if self._inflight:
+            for pid in list(self._inflight):
+                if pid in self._qos2_comp:
+                    transport.write(bytes((0x62, 2, pid >> 8, pid & 0xFF)))
+                else:
+                    frame = self._frames.get(pid)
+                    if frame is not None:
+                        transport.write(bytes((frame[0] | 0x08,)) + frame[1:])
+            self._emit(
+                "resent",
+                {"client_id": self._options.client_id, "messages": len(self._inflight)},
+            )
+        self._release_qos2_backlog()
 
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` for every PUBACK of a QoS 1 publish."""
@@ -505,11 +594,25 @@ class MqttClient(asyncio.Protocol):
             # QoS 2 step 2: release the message; the flow completes with PUBCOMP.
             if packet_id in self._qos2_out:
                 self._qos2_out.discard(packet_id)
+                self._qos2_comp.add(packet_id)
+                self._frames.pop(packet_id, None)
                 self._acks_out.append(bytes((0x62, 2, packet_id >> 8, packet_id & 0xFF)))
             return
         if kind in (PUBACK, PUBCOMP):
             tag = self._inflight.pop(packet_id, None)
             if tag is not None:
+                if kind == PUBACK:
+                    self._frames.pop(packet_id, None)
+                    if self._qos2_out and packet_id in self._qos2_out:
+                        # A broker without QoS 2 (RabbitMQ's MQTT plugin) answers PUBACK.
+                        self._qos2_out.discard(packet_id)
+                        self.qos2_acked_as_qos1 += 1
+                        if self._qos2_backlog:
+                            self._release_qos2_backlog()
+                else:
+                    self._qos2_comp.discard(packet_id)
+                    if self._qos2_backlog:
+                        self._release_qos2_backlog()
                 handler = self._ack_handler
                 if handler is not None:
                     handler(tag, self._now)

@@ -56,6 +56,8 @@ class WorkerPlan:
     """Port of the fault proxy on ``host`` (0: no faults)."""
     proxied_subs: frozenset[int] = frozenset()
     proxied_pubs: frozenset[int] = frozenset()
+    reconnect_max_s: float = 0.1
+    """Upper bound of the reconnect backoff (starts at 20 ms, doubles)."""
 
     @property
     def pub_range(self) -> tuple[int, int]:
@@ -106,6 +108,7 @@ def build_plans(
     late_threshold_ns: int,
     proxy_port: int = 0,
     proxied: dict[str, list[int]] | None = None,
+    reconnect_max_s: float = 0.1,
 ) -> list[WorkerPlan]:
     """Shard a cell over ``workers`` processes.
 
@@ -150,6 +153,7 @@ def build_plans(
                 proxy_port=proxy_port,
                 proxied_subs=frozenset((proxied or {}).get("subscribers", [])),
                 proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
+                reconnect_max_s=reconnect_max_s,
             )
         )
     return plans

@@ -277,6 +277,7 @@ def _run_cell(
             late_threshold_ns=int(scenario.generator.max_send_lag_ms * 1e6),
             proxy_port=proxy_port,
             proxied=proxied,
+            reconnect_max_s=scenario.generator.reconnect_max,
         )
         driver = faults
         coordinator = Coordinator(

@@ -31,6 +31,21 @@ def generator_verdict(workers: list[dict[str, Any]], *, late_threshold_ms: float
         )
     if failed:
         warnings.append(f"{failed} sends were due while their client was disconnected")
+    downgraded = sum(int(w.get("qos_downgraded") or 0) for w in workers)
+    if downgraded:
+        granted = min(
+            int(w["granted_qos_min"]) for w in workers if w.get("granted_qos_min") is not None
+        )
+        warnings.append(
+            f"the broker granted {downgraded} subscription(s) QoS {granted}, lower than asked: "
+            f"deliveries follow QoS {granted} semantics (QoS 1 may duplicate)"
+        )
+    puback = sum(int(w.get("publish_qos2_acked_as_qos1") or 0) for w in workers)
+    if puback:
+        warnings.append(
+            f"the broker answered {puback} QoS 2 publish(es) with PUBACK: it treats "
+            "QoS 2 as QoS 1 (at least once, duplicates possible)"
+        )
     for w in workers:
         cpu = w.get("publish_cpu_fraction")
         if cpu is not None and cpu > MAX_WORKER_CPU:

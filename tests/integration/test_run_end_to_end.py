@@ -65,6 +65,8 @@ def test_quickstart_sized_run_on_nats_loses_nothing_and_is_analysed_by_spark(
     assert_complete_delivery_at_offered_rate(summary)
     assert (run_dir / "summary.parquet").is_file()
     assert "p99" in result.output and cell["id"] in result.output
+    assert "client nats" in result.output  # which client drove the cell
+    assert cell["params"]["transport"] == "nats"
     resources = (run_dir / "cells" / cell["id"] / "resources.csv").read_text().splitlines()
     assert resources[0] == "t_ns,role,pid,cpu_cores,rss_bytes"
     assert any(",broker," in line for line in resources[1:])

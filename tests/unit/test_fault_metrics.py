@@ -57,7 +57,12 @@ def test_fault_metrics_split_latency_and_time_recovery(tmp_path: Path) -> None:
     events = [
         {"t_ns": START + 3 * S, "kind": "fault_injected", "subscribers": [0]},
         {"t_ns": START + 5 * S, "kind": "fault_recovered"},
-        {"t_ns": START + 5 * S + 150_000_000, "kind": "client_reconnected", "outage_ms": 2150},
+        {
+            "t_ns": START + 5 * S + 150_000_000,
+            "kind": "client_reconnected",
+            "outage_ms": 2150,
+            "role": "sub",
+        },
     ]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     cell = {
@@ -77,6 +82,7 @@ def test_fault_metrics_split_latency_and_time_recovery(tmp_path: Path) -> None:
     assert 200 <= recovery["drain_ms"] < 201
     assert metrics["duplicates"] == 1
     assert metrics["reconnects"] == 1 and metrics["outage_ms_max"] == 2150
+    assert metrics["subscriber_outage_fraction"] == 0.215  # 2.15 s of one subscriber in 10 s
 
 
 def test_cells_without_faults_have_no_fault_metrics(tmp_path: Path) -> None:

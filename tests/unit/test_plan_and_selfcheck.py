@@ -92,3 +92,25 @@ def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() 
     )
     assert not verdict["saturated"]
     assert verdict["warnings"] == ["3 sends were due while their client was disconnected"]
+
+
+def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos() -> None:
+    workers = [
+        {"worker": 0, "due": 100, "qos_downgraded": 6, "granted_qos_min": 1},
+        {"worker": 1, "due": 100, "qos_downgraded": 4, "granted_qos_min": 1},
+        {"worker": 2, "due": 100, "qos_downgraded": 0, "granted_qos_min": None},
+    ]
+    verdict = generator_verdict(workers, late_threshold_ms=5)
+    assert not verdict["saturated"]
+    (warning,) = verdict["warnings"]
+    assert "granted 10 subscription(s) QoS 1, lower than asked" in warning
+
+
+def test_qos2_publishes_answered_with_puback_are_a_warning() -> None:
+    verdict = generator_verdict(
+        [{"worker": 0, "due": 100, "publish_qos2_acked_as_qos1": 100}], late_threshold_ms=5
+    )
+    assert verdict["warnings"] == [
+        "the broker answered 100 QoS 2 publish(es) with PUBACK: it treats QoS 2 as QoS 1 "
+        "(at least once, duplicates possible)"
+    ]

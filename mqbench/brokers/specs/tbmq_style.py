@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "messages_limit": 10_000,
     "message_ttl": 600,
     "max_inflight": 1000,
-    "max_packet_size": 1024 * 1024,
+    "max_packet_size": 16 * 1024 * 1024,
     "device_pattern": None,
     "app_pattern": None,
     "session_expiry": 0,

@@ -1,0 +1,188 @@
+"""The MQTT client's QoS 1/2 session state: resend after reconnect, the QoS 2 in-flight window.
+
+A scripted broker on 127.0.0.1 (a few lines of asyncio over the codec) plays each side of
+the exchange, so the tests see exactly which packets the client writes and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.mqtt import MqttClient
+from mqbench.transports.mqtt_codec import (
+    Connack,
+    Connect,
+    Packet,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    decode_packet,
+    decode_remaining_length,
+)
+
+
+class ScriptedBroker:
+    """Accepts connections one at a time and hands their packets to the test."""
+
+    def __init__(self) -> None:
+        self.connections: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+            asyncio.Queue()
+        )
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> Endpoint:
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self.connections.put((reader, writer))
+
+        self.server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return Endpoint("127.0.0.1", port)
+
+    async def accept(self, session_present: bool) -> tuple[asyncio.StreamReader, Any]:
+        reader, writer = await asyncio.wait_for(self.connections.get(), 5)
+        assert isinstance(await read_packet(reader), Connect)
+        writer.write(Connack(0, session_present).encode())
+        return reader, writer
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def read_packet(reader: asyncio.StreamReader, timeout: float = 5) -> Packet:
+    head = await asyncio.wait_for(reader.readexactly(2), timeout)
+    data = bytearray(head)
+    while data[-1] & 0x80:
+        data += await reader.readexactly(1)
+    length, start = decode_remaining_length(data, 1)
+    assert start > 0
+    data += await reader.readexactly(length)
+    return decode_packet(bytes(data))
+
+
+async def nothing_more(reader: asyncio.StreamReader) -> bool:
+    try:
+        await asyncio.wait_for(reader.readexactly(1), 0.2)
+    except TimeoutError:
+        return True
+    return False
+
+
+def persistent_client(endpoint: Endpoint, **extra: Any) -> tuple[MqttClient, list[int]]:
+    client = MqttClient(endpoint, ClientOptions("pub-1", clean_session=False, extra=extra))
+    acked: list[int] = []
+    client.set_ack_handler(lambda tag, t: acked.append(tag))
+    return client, acked
+
+
+def test_unacknowledged_qos1_publishes_are_resent_with_dup_after_reconnect() -> None:
+    async def scenario() -> None:
+        broker = ScriptedBroker()
+        client, acked = persistent_client(await broker.start())
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=False)
+        await connecting
+        send = client.sender("t/1", 1)
+        assert all(send(f"m{i}".encode(), i) for i in range(3))
+        first = [await read_packet(reader) for _ in range(3)]
+        assert all(isinstance(p, Publish) and not p.dup for p in first)
+        writer.write(PubAck(first[0].packet_id).encode())  # type: ignore[union-attr]
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+        for _ in range(100):
+            if not client.connected:
+                break
+            await asyncio.sleep(0.01)
+
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=True)
+        await connecting
+        again = [await read_packet(reader) for _ in range(2)]
+        assert (
+            [(p.packet_id, p.payload, p.dup) for p in again]
+            == [  # type: ignore[union-attr]
+                (p.packet_id, p.payload, True)  # type: ignore[union-attr]
+                for p in first[1:]
+            ]
+        )
+        for p in again:
+            writer.write(PubAck(p.packet_id).encode())  # type: ignore[union-attr]
+        await client.flush(2)
+        assert acked == [0, 1, 2]
+        assert client.inflight == 0
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_qos2_flows_resume_with_pubrel_or_dup_publish_after_reconnect() -> None:
+    async def scenario() -> None:
+        broker = ScriptedBroker()
+        client, acked = persistent_client(await broker.start())
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=False)
+        await connecting
+        send = client.sender("t/2", 2)
+        assert send(b"a", 10) and send(b"b", 11)
+        a, b = [await read_packet(reader) for _ in range(2)]
+        assert isinstance(a, Publish) and isinstance(b, Publish)
+        writer.write(PubRec(a.packet_id).encode())
+        assert await read_packet(reader) == PubRel(a.packet_id)
+        writer.transport.abort()  # a waits for PUBCOMP, b for PUBREC
+        for _ in range(100):
+            if not client.connected:
+                break
+            await asyncio.sleep(0.01)
+
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=True)
+        await connecting
+        resumed = [await read_packet(reader) for _ in range(2)]
+        assert resumed[0] == PubRel(a.packet_id)
+        assert resumed[1] == Publish("t/2", b"b", 2, b.packet_id, dup=True)
+        writer.write(PubComp(a.packet_id).encode() + PubRec(b.packet_id).encode())
+        assert await read_packet(reader) == PubRel(b.packet_id)
+        writer.write(PubComp(b.packet_id).encode())
+        await client.flush(2)
+        assert acked == [10, 11]
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_qos2_publishes_beyond_the_window_wait_in_order_for_a_completed_flow() -> None:
+    async def scenario() -> None:
+        broker = ScriptedBroker()
+        client, acked = persistent_client(await broker.start(), max_inflight_qos2=2)
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=False)
+        await connecting
+        send = client.sender("t/3", 2)
+        assert all(send(bytes([i]), i) for i in range(5))
+        assert client.inflight == 5
+        seen = [await read_packet(reader) for _ in range(2)]
+        assert await nothing_more(reader), "a third QoS 2 PUBLISH went out past the window"
+        payloads = []
+        while len(payloads) < 5:
+            p = seen.pop(0)
+            assert isinstance(p, Publish)
+            payloads.append(p.payload[0])
+            writer.write(PubRec(p.packet_id).encode())
+            assert await read_packet(reader) == PubRel(p.packet_id)
+            writer.write(PubComp(p.packet_id).encode())
+            if len(payloads) + len(seen) < 5:
+                seen.append(await read_packet(reader))
+        assert payloads == [0, 1, 2, 3, 4]
+        await client.flush(2)
+        assert acked == [0, 1, 2, 3, 4]
+        assert client.inflight == 0
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
