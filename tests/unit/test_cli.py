@@ -150,3 +150,65 @@ def test_targets_lists_every_target_with_runtime_availability() -> None:
     assert result.exit_code == 0, result.output
     for name in ("mosquitto", "emqx", "hivemq", "rabbitmq-mqtt", "nats", "zenoh", "tbmq-style"):
         assert name in result.output
+
+
+FAULTY = (
+    "name: f\ntargets: [nats]\nworkload: {{pairs: 2, rate: 1, duration: 10s}}\n"
+    "faults: {{{faults}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("faults", "message"),
+    [
+        ("type: drop_all, schedule: {kind: fixed, every: 5s, duration: 1s}", "drop_all"),
+        (
+            "type: latency, attributes: {delay_ms: 5}, "
+            "schedule: {kind: fixed, every: 5s, duration: 1s}",
+            "toxic 'latency' has no attribute 'delay_ms'",
+        ),
+        (
+            "schedule: {kind: exponential, mttf: 5s, mttr: 30s}",
+            "a fault lasts 30 s on average, not shorter than the 10 s run",
+        ),
+        (
+            "target: gateways, schedule: {kind: fixed, every: 5s, duration: 1s}",
+            "faults.target 'gateways' is no client group",
+        ),
+        (
+            "proxy: 'http://10.0.0.1:8474', schedule: {kind: fixed, every: 5s, duration: 1s}",
+            "is not a loopback URL",
+        ),
+    ],
+)
+def test_bad_faults_are_rejected_in_one_line_before_anything_runs(
+    tmp_path: Path, faults: str, message: str
+) -> None:
+    path = write(tmp_path, FAULTY.format(faults=faults))
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists() or not any(out.rglob("manifest.json"))
+
+
+def test_a_toxiproxy_url_that_does_not_answer_is_rejected_before_load(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = write(
+        tmp_path,
+        FAULTY.format(
+            faults=f"proxy: 'http://127.0.0.1:{port}', "
+            "schedule: {kind: fixed, every: 5s, duration: 1s}"
+        ),
+    )
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"127.0.0.1:{port}" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists() or not any(out.rglob("*.bin"))
