@@ -192,3 +192,17 @@ def test_a_broken_compose_file_is_a_broker_error(tmp_path: Path) -> None:
     bad.write_text("services: [1, 2]\n")
     with pytest.raises(BrokerError, match="not a compose file"):
         load_compose(bad)
+
+
+def test_the_tbmq_style_image_command_uses_only_options_broker_serve_has() -> None:
+    from typer.testing import CliRunner
+
+    from mqbench.cli.app import app
+
+    dockerfile = (compose_dir() / "tbmq-style" / "Dockerfile").read_text()
+    (cmd,) = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
+    assert "mqbench broker serve" in cmd
+    used = set(re.findall(r"(--[a-z][a-z-]+)", cmd.split("mqbench broker serve", 1)[1]))
+    assert used >= {"--host", "--port", "--persistence", "--redis-url"}
+    help_text = CliRunner().invoke(app, ["broker", "serve", "--help"], terminal_width=200).output
+    assert all(option in help_text for option in used), used - set(help_text.split())
