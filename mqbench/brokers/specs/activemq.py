@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, merged_options
 from mqbench.brokers.specs.rabbitmq import mqtt_probe
 from mqbench.errors import BrokerError
 
@@ -105,19 +105,13 @@ class ActiveMqSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write the instance (conf, lib symlinks, data) and return the ``java -jar`` argv."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown activemq option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
+        opts = merged_options("activemq", DEFAULTS, options)
         missing = missing_mqtt_jars()
         if missing:
             raise BrokerError(
                 f"ActiveMQ's MQTT connector needs {', '.join(missing)} in {JAVA_DIR}; "
                 f"install it with: {self.install_hint}"
             )
-        opts = {**DEFAULTS, **options}
         base = workdir.resolve()
         conf, data, lib, tmp = (base / d for d in ("conf", "data", "lib", "tmp"))
         for directory in (conf, data, lib, tmp):

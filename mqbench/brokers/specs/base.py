@@ -99,3 +99,19 @@ def first_match(pattern: str, text: str, default: str = "unknown") -> str:
     """Group 1 of the first match of ``pattern`` in ``text``, or ``default``."""
     match = re.search(pattern, text)
     return match.group(1) if match else default
+
+
+def merged_options(
+    broker: str, defaults: Mapping[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``defaults`` overridden by ``options``; an unknown option is a BrokerError listing
+    the known ones."""
+    from mqbench.errors import BrokerError
+
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise BrokerError(
+            f"unknown {broker} option(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(defaults))})"
+        )
+    return {**defaults, **options}

@@ -28,8 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.net import recv_exactly, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
-from mqbench.errors import BrokerError
+from mqbench.brokers.specs.base import (
+    LaunchPlan,
+    NativeSpec,
+    first_match,
+    merged_options,
+    run_for_output,
+)
 
 DEFAULTS: dict[str, Any] = {
     "max_queued_messages": 100000,
@@ -83,13 +88,7 @@ class MosquittoSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown mosquitto option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("mosquitto", DEFAULTS, options)
         user = str(opts["user"]) if opts["user"] else _current_user()
         lines = [
             "# written by mqbench (mqbench/brokers/specs/mosquitto.py)",

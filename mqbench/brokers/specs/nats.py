@@ -23,8 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
-from mqbench.errors import BrokerError
+from mqbench.brokers.specs.base import (
+    LaunchPlan,
+    NativeSpec,
+    first_match,
+    merged_options,
+    run_for_output,
+)
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -61,13 +66,7 @@ class NatsSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown nats option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("nats", DEFAULTS, options)
         lines = [
             "# written by mqbench (mqbench/brokers/specs/nats.py)",
             f'listen: "{host}:{port}"',

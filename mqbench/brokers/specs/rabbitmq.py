@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.specs.mosquitto import MQTT_DISCONNECT, mqtt_connect_packet
 from mqbench.errors import BrokerError
 
@@ -180,13 +180,7 @@ class RabbitMqSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via ``env``."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown rabbitmq option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("rabbitmq", DEFAULTS, options)
         mqtt = self.protocol == "mqtt" if opts["mqtt"] is None else bool(opts["mqtt"])
         if self.protocol == "mqtt" and not mqtt:
             raise BrokerError("rabbitmq-mqtt needs the MQTT plugin (option mqtt: false given)")

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, run_for_output
+from mqbench.brokers.specs.base import (
+    LaunchPlan,
+    NativeSpec,
+    first_match,
+    merged_options,
+    run_for_output,
+)
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -62,13 +68,7 @@ class RedisSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``redis.conf`` and return ``redis-server redis.conf``."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown redis option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("redis", DEFAULTS, options)
         limit = " ".join(str(opts["pubsub_buffer_limit"]).split())
         if len(limit.split()) != 3:
             raise BrokerError(

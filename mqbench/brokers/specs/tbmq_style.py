@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from mqbench import __version__
 from mqbench.brokers.net import free_port, recv_exactly, recv_line, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, run_for_output
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options, run_for_output
 from mqbench.brokers.specs.mosquitto import MQTT_DISCONNECT, mqtt_connect_packet
 from mqbench.errors import BrokerError
 
@@ -316,13 +316,7 @@ class TbmqStyleSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Start Redis/PostgreSQL when needed; return the broker's command line."""
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown tbmq-style option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("tbmq-style", DEFAULTS, options)
         persistence = str(opts["persistence"])
         app_queue = str(opts["app_queue"])
         services: list[RedisService | PostgresService] = []

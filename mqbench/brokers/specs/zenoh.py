@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.net import tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 from mqbench.errors import BrokerError
 
@@ -59,13 +59,7 @@ class ZenohSpec(NativeSpec):
 
         The effective settings are also written to ``zenoh-router.json5`` for the record.
         """
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise BrokerError(
-                f"unknown zenoh option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(DEFAULTS))})"
-            )
-        opts = {**DEFAULTS, **options}
+        opts = merged_options("zenoh", DEFAULTS, options)
         extra = opts["extra_config"]
         if not isinstance(extra, Mapping):
             raise BrokerError(
