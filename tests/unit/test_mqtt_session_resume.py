@@ -72,35 +72,47 @@ async def nothing_more(reader: asyncio.StreamReader) -> bool:
     return False
 
 
-def persistent_client(endpoint: Endpoint, **extra: Any) -> tuple[MqttClient, list[int]]:
+async def drop_and_reconnect(
+    broker: ScriptedBroker, client: MqttClient, writer: Any
+) -> tuple[asyncio.StreamReader, Any]:
+    """Cut the connection on the broker side, then reconnect to a session that is present."""
+    writer.transport.abort()
+    for _ in range(100):
+        if not client.connected:
+            break
+        await asyncio.sleep(0.01)
+    connecting = asyncio.create_task(client.connect())
+    reader, new_writer = await broker.accept(session_present=True)
+    await connecting
+    return reader, new_writer
+
+
+async def connected_client(
+    **extra: Any,
+) -> tuple[ScriptedBroker, MqttClient, list[int], asyncio.StreamReader, Any]:
+    """A scripted broker and a persistent-session client connected to it (no session yet);
+    ``acked`` collects the tags the client reports acknowledged."""
+    broker = ScriptedBroker()
+    endpoint = await broker.start()
     client = MqttClient(endpoint, ClientOptions("pub-1", clean_session=False, extra=extra))
     acked: list[int] = []
     client.set_ack_handler(lambda tag, t: acked.append(tag))
-    return client, acked
+    connecting = asyncio.create_task(client.connect())
+    reader, writer = await broker.accept(session_present=False)
+    await connecting
+    return broker, client, acked, reader, writer
 
 
 def test_unacknowledged_qos1_publishes_are_resent_with_dup_after_reconnect() -> None:
     async def scenario() -> None:
-        broker = ScriptedBroker()
-        client, acked = persistent_client(await broker.start())
-        connecting = asyncio.create_task(client.connect())
-        reader, writer = await broker.accept(session_present=False)
-        await connecting
+        broker, client, acked, reader, writer = await connected_client()
         send = client.sender("t/1", 1)
         assert all(send(f"m{i}".encode(), i) for i in range(3))
         first = [await read_packet(reader) for _ in range(3)]
         assert all(isinstance(p, Publish) and not p.dup for p in first)
         writer.write(PubAck(first[0].packet_id).encode())  # type: ignore[union-attr]
         await asyncio.sleep(0.05)
-        writer.transport.abort()
-        for _ in range(100):
-            if not client.connected:
-                break
-            await asyncio.sleep(0.01)
-
-        connecting = asyncio.create_task(client.connect())
-        reader, writer = await broker.accept(session_present=True)
-        await connecting
+        reader, writer = await drop_and_reconnect(broker, client, writer)
         again = [await read_packet(reader) for _ in range(2)]
         assert (
             [(p.packet_id, p.payload, p.dup) for p in again]
@@ -122,26 +134,15 @@ def test_unacknowledged_qos1_publishes_are_resent_with_dup_after_reconnect() -> 
 
 def test_qos2_flows_resume_with_pubrel_or_dup_publish_after_reconnect() -> None:
     async def scenario() -> None:
-        broker = ScriptedBroker()
-        client, acked = persistent_client(await broker.start())
-        connecting = asyncio.create_task(client.connect())
-        reader, writer = await broker.accept(session_present=False)
-        await connecting
+        broker, client, acked, reader, writer = await connected_client()
         send = client.sender("t/2", 2)
         assert send(b"a", 10) and send(b"b", 11)
         a, b = [await read_packet(reader) for _ in range(2)]
         assert isinstance(a, Publish) and isinstance(b, Publish)
         writer.write(PubRec(a.packet_id).encode())
         assert await read_packet(reader) == PubRel(a.packet_id)
-        writer.transport.abort()  # a waits for PUBCOMP, b for PUBREC
-        for _ in range(100):
-            if not client.connected:
-                break
-            await asyncio.sleep(0.01)
-
-        connecting = asyncio.create_task(client.connect())
-        reader, writer = await broker.accept(session_present=True)
-        await connecting
+        # a waits for PUBCOMP, b for PUBREC
+        reader, writer = await drop_and_reconnect(broker, client, writer)
         resumed = [await read_packet(reader) for _ in range(2)]
         assert resumed[0] == PubRel(a.packet_id)
         assert resumed[1] == Publish("t/2", b"b", 2, b.packet_id, dup=True)
@@ -158,11 +159,7 @@ def test_qos2_flows_resume_with_pubrel_or_dup_publish_after_reconnect() -> None:
 
 def test_qos2_publishes_beyond_the_window_wait_in_order_for_a_completed_flow() -> None:
     async def scenario() -> None:
-        broker = ScriptedBroker()
-        client, acked = persistent_client(await broker.start(), max_inflight_qos2=2)
-        connecting = asyncio.create_task(client.connect())
-        reader, writer = await broker.accept(session_present=False)
-        await connecting
+        broker, client, acked, reader, writer = await connected_client(max_inflight_qos2=2)
         send = client.sender("t/3", 2)
         assert all(send(bytes([i]), i) for i in range(5))
         assert client.inflight == 5
