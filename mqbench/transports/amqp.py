@@ -83,6 +83,7 @@ from mqbench.transports.base import (
     MessageHandler,
     Sender,
 )
+from mqbench.transports.drain import drain_write_buffer
 
 DEFAULT_EXCHANGE: Final = "mqbench"
 DEFAULT_PREFETCH: Final = 1000
@@ -437,14 +438,9 @@ class AmqpClient(asyncio.Protocol):
                     waiter: asyncio.Future[None] = loop.create_future()
                     self._drain_waiter = waiter
                     try:
-                        transport.set_write_buffer_limits(high=0, low=0)
-                        while not waiter.done() and transport.get_write_buffer_size() > 0:
-                            with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(asyncio.shield(waiter), 0.05)
+                        await drain_write_buffer(transport, waiter, self._write_high)
                     finally:
                         self._drain_waiter = None
-                        if not transport.is_closing():
-                            transport.set_write_buffer_limits(high=self._write_high)
                 if self._unconfirmed and self._transport is not None:
                     ack_waiter: asyncio.Future[None] = loop.create_future()
                     self._ack_waiter = ack_waiter

@@ -50,6 +50,7 @@ from mqbench.transports.base import (
     MessageHandler,
     Sender,
 )
+from mqbench.transports.drain import drain_write_buffer
 from mqbench.transports.mqtt_codec import (
     CONNACK_MESSAGES,
     DISCONNECT_BYTES,
@@ -495,17 +496,9 @@ class MqttClient(asyncio.Protocol):
                     waiter: asyncio.Future[None] = loop.create_future()
                     self._drain_waiter = waiter
                     try:
-                        # With a zero high-water mark the transport pauses us now and calls
-                        # resume_writing() once its buffer is empty.
-                        transport.set_write_buffer_limits(high=0, low=0)
-                        while not waiter.done() and transport.get_write_buffer_size() > 0:
-                            # The re-check covers a transport that never paused us.
-                            with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(asyncio.shield(waiter), 0.05)
+                        await drain_write_buffer(transport, waiter, self._write_high)
                     finally:
                         self._drain_waiter = None
-                        if not transport.is_closing():
-                            transport.set_write_buffer_limits(high=self._write_high)
                 if self._inflight and self._transport is not None:
                     ack_waiter: asyncio.Future[None] = loop.create_future()
                     self._ack_waiter = ack_waiter

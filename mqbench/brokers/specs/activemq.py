@@ -30,7 +30,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, merged_options
-from mqbench.brokers.specs.rabbitmq import mqtt_probe
+from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")

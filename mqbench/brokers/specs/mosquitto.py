@@ -69,6 +69,33 @@ def mqtt_connect_packet(client_id: str, keepalive_s: int = 60) -> bytes:
 MQTT_DISCONNECT = b"\xe0\x00"
 
 
+def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
+    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (``20 02 ..``), any return code.
+
+    A CONNACK that refuses the probe (e.g. "not authorized" when a config disables
+    anonymous access) still proves the broker is up and speaking MQTT.
+    """
+    deadline = time.monotonic() + timeout_s
+    sock = tcp_connect(host, port, timeout_s)
+    if sock is None:
+        return False
+    try:
+        sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
+        connack = recv_exactly(sock, 4, deadline)
+        if connack[:2] != b"\x20\x02":
+            return False
+        if connack[3] == 0:
+            sock.sendall(MQTT_DISCONNECT)
+        return True
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
 class MosquittoSpec(NativeSpec):
     """Mosquitto: config file with one loopback listener, anonymous access, no persistence."""
 
@@ -146,22 +173,4 @@ class MosquittoSpec(NativeSpec):
         A CONNACK that refuses the probe (e.g. "not authorized" when the scenario's config
         disables anonymous access) still proves the broker is up and speaking MQTT.
         """
-        deadline = time.monotonic() + timeout_s
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        try:
-            sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
-            connack = recv_exactly(sock, 4, deadline)
-            if connack[:2] != b"\x20\x02":
-                return False
-            if connack[3] == 0:
-                sock.sendall(MQTT_DISCONNECT)
-            return True
-        except OSError:
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+        return mqtt_probe(host, port, timeout_s)

@@ -31,8 +31,6 @@ How it runs without systemd, as root, next to other nodes (see docs/brokers.md):
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import struct
 import time
 from collections.abc import Iterable, Mapping
@@ -41,7 +39,7 @@ from typing import Any, Literal
 
 from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
-from mqbench.brokers.specs.mosquitto import MQTT_DISCONNECT, mqtt_connect_packet
+from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -81,29 +79,6 @@ def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
     except OSError:
         return False
     finally:
-        with contextlib.suppress(OSError):
-            sock.close()
-
-
-def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
-    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (any return code)."""
-    deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
-    if sock is None:
-        return False
-    try:
-        sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
-        connack = recv_exactly(sock, 4, deadline)
-        if connack[:2] != b"\x20\x02":
-            return False
-        if connack[3] == 0:
-            sock.sendall(MQTT_DISCONNECT)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             sock.close()
 

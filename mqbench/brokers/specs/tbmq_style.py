@@ -30,7 +30,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,9 +39,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqbench import __version__
-from mqbench.brokers.net import free_port, recv_exactly, recv_line, tcp_connect
+from mqbench.brokers.net import free_port, recv_line, tcp_connect
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options, run_for_output
-from mqbench.brokers.specs.mosquitto import MQTT_DISCONNECT, mqtt_connect_packet
+from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -271,28 +270,6 @@ class PostgresService:
             _terminate(self.proc, signal.SIGINT)
 
 
-def _tbmq_ready(host: str, port: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
-    if sock is None:
-        return False
-    try:
-        sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
-        connack = recv_exactly(sock, 4, deadline)
-        if connack[:2] != b"\x20\x02":
-            return False
-        if connack[3] == 0:
-            sock.sendall(MQTT_DISCONNECT)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            sock.close()
-
-
 class TbmqStyleSpec(NativeSpec):
     """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
 
@@ -383,7 +360,7 @@ class TbmqStyleSpec(NativeSpec):
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """An MQTT CONNECT answered by a CONNACK."""
-        return _tbmq_ready(host, port, timeout_s)
+        return mqtt_probe(host, port, timeout_s)
 
 
 def _port_of(argv: list[str]) -> str:
