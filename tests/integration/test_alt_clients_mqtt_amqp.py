@@ -8,7 +8,6 @@ which are checked against the oracles. One RabbitMQ node and one ActiveMQ serve 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import threading
@@ -19,6 +18,8 @@ from typing import Any
 import aio_pika
 import paho.mqtt.client as paho
 import pytest
+from loops import run as run_on
+from loops import wait_until as poll_until
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.brokers.base import RunningBroker
@@ -32,11 +33,8 @@ pytestmark = pytest.mark.integration
 MQTT_BROKERS = ["rabbitmq", "activemq"]
 
 
-def run(coro: Coroutine[Any, Any, Any], timeout_s: float = 60) -> Any:
-    import uvloop
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(asyncio.wait_for(coro, timeout_s))
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    return run_on("uvloop", coro)
 
 
 def client(name: str, endpoint: Endpoint, client_id: str, **extra: Any) -> Client:
@@ -48,12 +46,8 @@ def payloads(count: int, size: int = 64) -> list[bytes]:
     return [pack_header(9, i, time.time_ns()) + os.urandom(size - 24) for i in range(count)]
 
 
-async def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.01)
+async def wait_until(condition: Callable[[], bool]) -> None:
+    await poll_until(condition, timeout_s=20.0)
 
 
 @pytest.fixture

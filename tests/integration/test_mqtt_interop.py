@@ -11,11 +11,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
+from loops import LOOPS, run, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.brokers.base import RunningBroker
@@ -38,20 +39,7 @@ from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
 
-LOOPS = ["asyncio", "uvloop"]
 Events = list[tuple[str, dict[str, Any]]]
-
-
-def run(loop_kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a fresh event loop of the given kind, bounded to 60 s."""
-    if loop_kind == "uvloop":
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    else:
-        factory = asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 60))
 
 
 def make_client(
@@ -76,15 +64,6 @@ def make_client(
 def payloads(count: int, size: int = 64) -> list[bytes]:
     """Distinct payloads: the wire header, then random bytes."""
     return [pack_header(3, i, time.time_ns()) + os.urandom(size - 24) for i in range(count)]
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` every 10 ms; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.01)
 
 
 class Paho:

@@ -8,11 +8,12 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import nats as nats_py
 import pytest
+from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.specs.nats import NatsSpec
@@ -23,20 +24,6 @@ from mqbench.transports.nats import NatsClient, NatsTransport
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
-
-LOOPS = ["asyncio", "uvloop"]
-
-
-def run(loop_kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a fresh event loop of the given kind."""
-    if loop_kind == "uvloop":
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    else:
-        factory = asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 60))
 
 
 def make_client(

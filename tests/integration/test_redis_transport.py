@@ -7,11 +7,12 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.errors import TransportError
@@ -22,7 +23,6 @@ from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
 
-LOOPS = ["asyncio", "uvloop"]
 PASSWORD = "s3cret pass"
 
 NativeBrokerFactory = Callable[..., RunningBroker]
@@ -38,18 +38,6 @@ def redis_broker(module_broker: NativeBrokerFactory) -> RunningBroker:
 def redis_with_password(module_broker: NativeBrokerFactory) -> RunningBroker:
     """A redis-server that requires ``PASSWORD``."""
     return module_broker("redis", password=PASSWORD)
-
-
-def run(loop_kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a fresh event loop of the given kind."""
-    if loop_kind == "uvloop":
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    else:
-        factory = asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 60))
 
 
 def make_client(

@@ -9,11 +9,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import zenoh
+from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.errors import TransportError
@@ -24,7 +25,6 @@ from mqbench.transports.zenoh import ZenohClient, ZenohTransport
 
 pytestmark = pytest.mark.integration
 
-LOOPS = ["asyncio", "uvloop"]
 NativeBrokerFactory = Callable[..., RunningBroker]
 
 
@@ -49,18 +49,6 @@ def oracle(router: RunningBroker) -> Iterator[Any]:
         yield session
     finally:
         session.close()
-
-
-def run(loop_kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on a fresh event loop of the given kind."""
-    if loop_kind == "uvloop":
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    else:
-        factory = asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 60))
 
 
 def make_client(
