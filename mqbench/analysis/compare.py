@@ -28,8 +28,10 @@ from mqbench.analysis.repeats import MeanCI, RepeatAggregate, aggregate_repeats,
 from mqbench.errors import UsageError
 
 REGRESSION_EXIT_CODE: Final = 3
+REFUSED_EXIT_CODE: Final = 4
+"""Nothing regressed, but some metric could not be judged honestly (``refused``)."""
 
-Verdict = Literal["ok", "regression", "improvement", "missing"]
+Verdict = Literal["ok", "regression", "improvement", "missing", "refused"]
 
 
 @dataclass(frozen=True)
@@ -41,16 +43,18 @@ class MetricSpec:
     unit: str
     scale: float  # multiply the source value to get the unit
     higher_is_better: bool
+    from_intended: bool = False
+    """Latency from the intended send time: includes the generator's send lag."""
 
 
 COMPARE_METRICS: Final[dict[str, MetricSpec]] = {
     m.name: m
     for m in (
         MetricSpec("throughput", "throughput_msg_s", "msg/s", 1.0, True),
-        MetricSpec("p50", "latency_p50_us", "ms", 1e-3, False),
-        MetricSpec("p95", "latency_p95_us", "ms", 1e-3, False),
-        MetricSpec("p99", "latency_p99_us", "ms", 1e-3, False),
-        MetricSpec("p999", "latency_p999_us", "ms", 1e-3, False),
+        MetricSpec("p50", "latency_p50_us", "ms", 1e-3, False, from_intended=True),
+        MetricSpec("p95", "latency_p95_us", "ms", 1e-3, False, from_intended=True),
+        MetricSpec("p99", "latency_p99_us", "ms", 1e-3, False, from_intended=True),
+        MetricSpec("p999", "latency_p999_us", "ms", 1e-3, False, from_intended=True),
         MetricSpec("loss", "loss_pct", "%", 1.0, False),
         MetricSpec("ack_p95", "ack_latency_p95_us", "ms", 1e-3, False),
         MetricSpec("cpu", "broker_cpu_cores_mean", "cores", 1.0, False),
@@ -201,11 +205,11 @@ class CellComparison:
 
     @property
     def verdict(self) -> Verdict:
-        """Worst verdict of the cell: regression > missing > improvement > ok."""
+        """Worst verdict of the cell: regression > refused > missing > improvement > ok."""
         verdicts = {m["verdict"] for m in self.metrics}
         if self.status != "both":
             return "missing"
-        for v in ("regression", "missing", "improvement"):
+        for v in ("regression", "refused", "missing", "improvement"):
             if v in verdicts:
                 return v
         return "ok"
@@ -226,13 +230,20 @@ class CompareResult:
         return sum(1 for c in self.cells for m in c.metrics if m["verdict"] == "regression")
 
     @property
+    def refusals(self) -> int:
+        """Number of (cell, metric) pairs the gate refused to judge."""
+        return sum(1 for c in self.cells for m in c.metrics if m["verdict"] == "refused")
+
+    @property
     def exit_code(self) -> int:
-        """3 on regression, else 0 (what the CLI exits with)."""
-        return REGRESSION_EXIT_CODE if self.regressions else 0
+        """3 on regression, else 4 when a metric was refused, else 0 (the CLI's exit code)."""
+        if self.regressions:
+            return REGRESSION_EXIT_CODE
+        return REFUSED_EXIT_CODE if self.refusals else 0
 
     def counts(self) -> dict[str, int]:
         """How many (cell, metric) verdicts of each kind (cells on one side count once)."""
-        out = {"ok": 0, "regression": 0, "improvement": 0, "missing": 0}
+        out = {"ok": 0, "regression": 0, "improvement": 0, "missing": 0, "refused": 0}
         for c in self.cells:
             if c.status != "both":
                 out["missing"] += 1
@@ -242,8 +253,9 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready result (``mqbench compare --format json``)."""
+        verdict = "regression" if self.regressions else "refused" if self.refusals else "ok"
         return {
-            "verdict": "regression" if self.regressions else "ok",
+            "verdict": verdict,
             "exit_code": self.exit_code,
             "baseline": self.baseline,
             "current": self.current,
@@ -274,7 +286,9 @@ class CompareResult:
                         _fmt_change(m["change"], m["change_pct"]),
                         _fmt(m["noise"]),
                         _fmt(m["limit"]),
-                        m["verdict"].upper() if m["verdict"] == "regression" else m["verdict"],
+                        m["verdict"].upper()
+                        if m["verdict"] in ("regression", "refused")
+                        else m["verdict"],
                     )
                 )
         widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
@@ -286,7 +300,7 @@ class CompareResult:
             text.extend(f"note: {c.cell}: {note}" for note in c.notes)
         counts = self.counts()
         summary = ", ".join(f"{v} {k}" for k, v in counts.items())
-        verdict = "REGRESSION" if self.regressions else "OK"
+        verdict = "REGRESSION" if self.regressions else "REFUSED" if self.refusals else "OK"
         text.append(
             f"{verdict}: {summary} (thresholds: "
             f"{', '.join(str(t) for t in self.thresholds.values())})"
@@ -331,8 +345,14 @@ def compare_aggregates(
     *,
     baseline_name: str = "baseline",
     current_name: str = "current",
+    allow_generator_bound: bool = False,
 ) -> CompareResult:
-    """Judge every metric of ``thresholds`` for every cell (see the module docstring)."""
+    """Judge every metric of ``thresholds`` for every cell (see the module docstring).
+
+    Latency from the intended send time is ``refused`` (not judged) where either side's
+    latency was generator-bound (``latency_verdict``): a change there may be the
+    generator's, not the broker's. ``allow_generator_bound`` judges it anyway (noted).
+    """
     base = {a.base_id: a for a in baseline}
     cur = {a.base_id: a for a in current}
     order = [a.base_id for a in baseline] + [b for b in cur if b not in base]
@@ -344,9 +364,20 @@ def compare_aggregates(
             cells.append(CellComparison(bid, status))
             continue
         comp = CellComparison(bid, "both")
+        bound_sides = []
         for side, agg in (("baseline", b), ("current", c)):
             if agg.any_saturated:
                 comp.notes.append(f"{side}: generator saturated in some repeat (numbers invalid)")
+            if agg.any_latency_bound:
+                bound_sides.append(side)
+                comp.notes.append(
+                    f"{side}: latency generator-bound in some repeat "
+                    + (
+                        "(judged anyway: --allow-generator-bound)"
+                        if allow_generator_bound
+                        else "(latency not judged; --allow-generator-bound to judge it)"
+                    )
+                )
         if b.params != c.params:
             diff = sorted(
                 k for k in set(b.params) | set(c.params) if b.params.get(k) != c.params.get(k)
@@ -354,14 +385,15 @@ def compare_aggregates(
             comp.notes.append(f"parameters differ: {', '.join(diff)}")
         for name, threshold in thresholds.items():
             spec = COMPARE_METRICS[name]
-            comp.metrics.append(
-                judge(
-                    spec,
-                    threshold,
-                    _scaled(b.metrics[spec.source], spec.scale),
-                    _scaled(c.metrics[spec.source], spec.scale),
-                )
+            row = judge(
+                spec,
+                threshold,
+                _scaled(b.metrics[spec.source], spec.scale),
+                _scaled(c.metrics[spec.source], spec.scale),
             )
+            if spec.from_intended and bound_sides and not allow_generator_bound:
+                row["verdict"] = "refused"
+            comp.metrics.append(row)
         cells.append(comp)
     return CompareResult(baseline_name, current_name, thresholds, cells)
 
@@ -372,6 +404,7 @@ def compare_runs(
     thresholds: dict[str, Threshold] | str | None = None,
     *,
     analyse_missing: bool = True,
+    allow_generator_bound: bool = False,
 ) -> CompareResult:
     """Compare two result folders (cells without summaries are analysed with numpy).
 
@@ -388,4 +421,5 @@ def compare_runs(
         parsed,
         baseline_name=str(baseline),
         current_name=str(current),
+        allow_generator_bound=allow_generator_bound,
     )

@@ -193,6 +193,8 @@ class RepeatAggregate:
     metrics: dict[str, MeanCI]
     any_saturated: bool
     all_valid: bool
+    any_latency_bound: bool = False
+    """Some repeat's latency was shaped by the generator (``latency_verdict``)."""
 
     @property
     def n(self) -> int:
@@ -208,6 +210,7 @@ class RepeatAggregate:
             "cell_ids": ",".join(self.cell_ids),
             "any_generator_saturated": self.any_saturated,
             "all_valid": self.all_valid,
+            "any_latency_generator_bound": self.any_latency_bound,
         }
         for name, m in self.metrics.items():
             row[f"{name}_n"] = m.n
@@ -251,6 +254,7 @@ def aggregate_repeats(summaries: Sequence[CellSummary]) -> list[RepeatAggregate]
                 metrics=metrics,
                 any_saturated=any(s.generator_saturated for s in members),
                 all_valid=all(s.valid for s in members),
+                any_latency_bound=any(s.latency_generator_bound for s in members),
             )
         )
     return sorted(out, key=lambda a: a.index)
@@ -269,6 +273,7 @@ def write_summary_agg_parquet(result_dir: Path, aggregates: Sequence[RepeatAggre
         pa.field("cell_ids", pa.string()),
         pa.field("any_generator_saturated", pa.bool_()),
         pa.field("all_valid", pa.bool_()),
+        pa.field("any_latency_generator_bound", pa.bool_()),
     ]
     for name in METRICS:
         fixed.append(pa.field(f"{name}_n", pa.int64()))

@@ -21,13 +21,14 @@ import numpy as np
 
 from mqbench.analysis.aggregate import CellAggregate
 from mqbench.analysis.kernel import Hist, approx_rel_error
+from mqbench.analysis.latency_check import judge_latency
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.resources import resource_stats
 from mqbench.errors import AnalysisError
 
-SUMMARY_SCHEMA_VERSION: Final = 2
-READABLE_SUMMARY_VERSIONS: Final = (1, 2)
-"""Versions :meth:`CellSummary.from_dict` reads; version 1 lacks the fields added in 2."""
+SUMMARY_SCHEMA_VERSION: Final = 3
+READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3)
+"""Versions :meth:`CellSummary.from_dict` reads; older ones lack the fields added later."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
 
@@ -145,6 +146,14 @@ class CellSummary:
     throughput_min_msg_s: float | None = None
     throughput_max_msg_s: float | None = None
     approx_rel_error: float | None = None
+    # Added in schema version 3.
+    latency_verdict: str = "n/a"
+    latency_reason: str | None = None
+
+    @property
+    def latency_generator_bound(self) -> bool:
+        """True when send lag, not the broker, shaped the latency (``latency_check``)."""
+        return self.latency_verdict == "generator-bound"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (the content of ``summary.json``)."""
@@ -152,9 +161,10 @@ class CellSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
-        """Inverse of :meth:`to_dict`; reads versions 1 and 2 (AnalysisError otherwise).
+        """Inverse of :meth:`to_dict`; reads versions 1 to 3 (AnalysisError otherwise).
 
-        A version-1 summary gets the version-2 defaults and ``schema_version`` 2.
+        An older summary gets the defaults of the fields added since (a version-1 or -2
+        summary has ``latency_verdict`` ``n/a``: it was never judged).
         """
         if data.get("schema_version") not in READABLE_SUMMARY_VERSIONS:
             raise AnalysisError(
@@ -226,6 +236,8 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     lost = agg.expected - received
     res = resource_stats(plan.folder / "resources.csv", plan.win_start, plan.win_end)
     send_lag = LatencyStats.from_hist(agg.hist_lag)
+    latency = LatencyStats.from_hist(agg.hist_intended)
+    latency_verdict = judge_latency(latency, send_lag)
     reasons = generator_reasons(
         plan.generator, plan.scheduled, agg.sent + agg.send_failed, send_lag
     )
@@ -259,7 +271,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         send_records=agg.send_records,
         deliveries_in_window=agg.recv_in_window,
         throughput_msg_s=agg.recv_in_window / window_s if window_s > 0 else None,
-        latency=LatencyStats.from_hist(agg.hist_intended),
+        latency=latency,
         latency_from_send=LatencyStats.from_hist(agg.hist_sent),
         send_lag=send_lag,
         ack_latency=LatencyStats.from_hist(agg.hist_ack),
@@ -279,6 +291,8 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         throughput_min_msg_s=full[0],
         throughput_max_msg_s=full[1],
         approx_rel_error=approx_rel_error(plan.approx_bits),
+        latency_verdict=latency_verdict.kind,
+        latency_reason=latency_verdict.reason,
     )
 
 
@@ -359,7 +373,7 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
 
 
 SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    ("schema_version", "int", "-", "summary schema version (2)"),
+    ("schema_version", "int", "-", "summary schema version (3)"),
     ("cell_id", "str", "-", "cell id from the manifest"),
     ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
     ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
@@ -449,5 +463,13 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
         "-",
         "null: exact percentiles; else the bound on their relative error (approximate mode)",
     ),
+    (
+        "latency_verdict",
+        "str",
+        "-",
+        "`ok`, `generator-bound` (send lag p50 > 10 % of latency p50 or lag p99 > 25 % of "
+        "latency p99: the generator, not the broker, shaped the latency) or `n/a`",
+    ),
+    ("latency_reason", "str", "-", "the figures behind `generator-bound` (else null)"),
 )
 """(field, type, unit, meaning) rows documented in docs/results.md."""

@@ -110,7 +110,7 @@ def run(
 
 
 def _print_cells(scenario: Any, cells: list[Any]) -> None:
-    from mqbench.workload.plan import worker_count
+    from mqbench.workload.plan import process_count, resolve_layout, worker_count
 
     table = Table(title=f"{scenario.name}: {len(cells)} cell(s)", title_justify="left")
     columns = (
@@ -131,6 +131,8 @@ def _print_cells(scenario: Any, cells: list[Any]) -> None:
     total_s = 0.0
     for c in cells:
         workers = worker_count(scenario.generator.workers, c.connections, os.cpu_count() or 1)
+        layout = resolve_layout(scenario.generator.layout, c)
+        workers = process_count(layout, workers, c.publishers, c.subscribers)
         seconds = c.warmup_s + c.duration_s + c.drain_s
         total_s += seconds
         table.add_row(
@@ -143,7 +145,7 @@ def _print_cells(scenario: Any, cells: list[Any]) -> None:
             f"{c.expected_delivery_rate:,.0f}",
             f"{c.offered_bytes_per_s / 1e6:,.2f}",
             f"{c.connections:,}",
-            str(workers),
+            f"{workers} {layout}",
             f"{c.warmup_s:g}+{c.duration_s:g}s",
         )
     console.print(table)

@@ -81,8 +81,18 @@ def compare(
     out: Annotated[
         Path | None, typer.Option("--out", metavar="FILE", help="Write the result to FILE.")
     ] = None,
+    allow_generator_bound: Annotated[
+        bool,
+        typer.Option(
+            "--allow-generator-bound",
+            help="Judge latency (p50..p999) even where the generator's send lag shaped it.",
+        ),
+    ] = False,
 ) -> None:
     """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
+
+    Exit code 4 when nothing regressed but a latency metric was refused because the
+    generator, not the broker, shaped it on either side (latency: generator-bound).
 
     Noise aware when cells have repeats (see docs/ci.md).
 
@@ -95,7 +105,9 @@ def compare(
         if fmt not in ("text", "json"):
             raise UsageError(f"--format {fmt!r}: choose text or json")
         thresholds = parse_thresholds(threshold)
-        result = compare_runs(baseline, current, thresholds)
+        result = compare_runs(
+            baseline, current, thresholds, allow_generator_bound=allow_generator_bound
+        )
         _write(result.to_json() if fmt == "json" else result.to_text(), out)
         return result.exit_code
 

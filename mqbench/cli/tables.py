@@ -43,6 +43,7 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
         ("broker cpu", "right"),
         ("broker MB", "right"),
         ("generator", "left"),
+        ("latency", "left"),
     ]
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -52,6 +53,12 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
             generator = f"[bold yellow]SATURATED[/]: {s.generator_reason or ''}"
         else:
             generator = "[green]ok[/]"
+        if s.latency_generator_bound:
+            latency = f"[bold yellow]GENERATOR-BOUND[/]: {s.latency_reason or ''}"
+        elif s.latency_verdict == "ok":
+            latency = "[green]ok[/]"
+        else:
+            latency = "-"
         loss = _num(s.loss_pct, "{:.3f}")
         if s.loss_pct:
             loss = f"[red]{loss}[/]"
@@ -71,6 +78,7 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
             _num(s.broker_cpu_cores_mean, "{:.2f}"),
             _num(s.broker_rss_mb_max, "{:.1f}"),
             generator,
+            latency,
         )
     return table
 

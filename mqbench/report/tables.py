@@ -2,7 +2,8 @@
 
 Every value is the mean over a cell's repeats; ``± h`` follows when there are >= 2 repeats
 (``h`` = 95 % Student-t half-width). A ``†`` marks cells where the generator, not the
-broker, was the bottleneck in some repeat. Which tables appear depends on which parameters
+broker, was the bottleneck in some repeat; a ``‡`` marks latency figures the generator's
+send lag shaped (``latency_verdict``). Which tables appear depends on which parameters
 vary (:func:`build_tables`).
 """
 
@@ -23,6 +24,11 @@ SATURATED_MARK: Final = "†"
 SATURATED_NOTE: Final = (
     "† generator saturated in at least one repeat: the load generator, not the broker, "
     "limited this cell (numbers are not broker capacity)."
+)
+LATENCY_MARK: Final = "‡"
+LATENCY_NOTE: Final = (
+    "‡ latency generator-bound in at least one repeat: the generator's send lag is a "
+    "material share of the latency (see docs/results.md); it describes mqbench, not the broker."
 )
 
 AXES: Final[dict[str, str]] = {
@@ -169,8 +175,14 @@ def fmt_ci(m: MeanCI, scale: float = 1.0, digits: int = 3) -> str:
     return text
 
 
-def _mark(agg: RepeatAggregate, text: str) -> str:
-    return f"{text} {SATURATED_MARK}" if agg.any_saturated and text != "-" else text
+def _mark(agg: RepeatAggregate, text: str, latency: bool = False) -> str:
+    if text == "-":
+        return text
+    if agg.any_saturated:
+        text = f"{text} {SATURATED_MARK}"
+    if latency and agg.any_latency_bound:
+        text = f"{text} {LATENCY_MARK}"
+    return text
 
 
 @dataclass
@@ -194,15 +206,19 @@ def pivot(
     *,
     always: Sequence[str] = (),
     note: str | None = None,
+    latency: bool = False,
 ) -> list[Table]:
-    """One table per facet: rows = values of ``row_axis``, columns = ``col_axis``."""
+    """One table per facet: rows = values of ``row_axis``, columns = ``col_axis``.
+
+    ``latency``: the values include latency, so latency-bound cells get ``‡``.
+    """
     tables: list[Table] = []
     for label, members in facets(aggs, (row_axis, col_axis), always):
         rows_v = axis_values(members, row_axis, ordered=row_axis != "target")
         cols_v = axis_values(members, col_axis)
         header = [AXES[row_axis].split(" (")[0]] + [axis_text(col_axis, c) for c in cols_v]
         rows: list[list[str]] = []
-        saturated = False
+        saturated = bound = False
         for r in rows_v:
             row = [axis_text(row_axis, r)]
             for c in cols_v:
@@ -212,11 +228,14 @@ def pivot(
                     if axis_value(m, row_axis) == r and axis_value(m, col_axis) == c
                 ]
                 saturated |= any(h.any_saturated for h in hits)
-                row.append("; ".join(_mark(h, value(h)) for h in hits) if hits else "-")
+                bound |= latency and any(h.any_latency_bound for h in hits)
+                row.append("; ".join(_mark(h, value(h), latency) for h in hits) if hits else "-")
             rows.append(row)
         notes = [note] if note else []
         if saturated:
             notes.append(SATURATED_NOTE)
+        if bound:
+            notes.append(LATENCY_NOTE)
         suffix = f" ({label})" if label else ""
         slug = key if not label else f"{key}-{len(tables) + 1}"
         tables.append(Table(slug, title + suffix, header, rows, notes))
@@ -246,6 +265,7 @@ def latency_by_payload(aggs: Sequence[RepeatAggregate]) -> list[Table]:
         "payload",
         _lat_pair,
         note="Latency from the intended send time (corrected for coordinated omission).",
+        latency=True,
     )
 
 
@@ -288,7 +308,7 @@ def qos_table(aggs: Sequence[RepeatAggregate]) -> list[Table]:
     title = "Loss (%) and latency p50 / p95 (ms) by target and QoS"
     if faults:
         title += " under faults"
-    return pivot("qos", title, aggs, "target", "qos", _loss_lat)
+    return pivot("qos", title, aggs, "target", "qos", _loss_lat, latency=True)
 
 
 def cells_table(aggs: Sequence[RepeatAggregate]) -> Table:
@@ -315,10 +335,10 @@ def cells_table(aggs: Sequence[RepeatAggregate]) -> Table:
                 fmt_ci(m["loss_pct"]),
                 fmt_ci(m["duplicates"]),
                 fmt_ci(m["reordered"]),
-                fmt_ci(m["latency_p50_us"], 1e-3),
-                fmt_ci(m["latency_p95_us"], 1e-3),
-                fmt_ci(m["latency_p99_us"], 1e-3),
-                fmt_ci(m["latency_max_us"], 1e-3),
+                *(
+                    _latency_cell(a, fmt_ci(m[f"latency_{q}_us"], 1e-3))
+                    for q in ("p50", "p95", "p99", "max")
+                ),
                 fmt_ci(m["send_lag_p99_us"], 1e-3),
                 fmt_ci(m["broker_cpu_cores_mean"]),
                 fmt_ci(m["broker_rss_mb_mean"]),
@@ -327,7 +347,14 @@ def cells_table(aggs: Sequence[RepeatAggregate]) -> Table:
     notes = ["Offered = rate x pairs (pairs topology). Latency from the intended send time."]
     if any(a.any_saturated for a in aggs):
         notes.append(SATURATED_NOTE)
+    if any(a.any_latency_bound for a in aggs):
+        notes.append(LATENCY_NOTE)
     return Table("cells", "All cells", header, rows, notes)
+
+
+def _latency_cell(agg: RepeatAggregate, text: str) -> str:
+    """A latency value, marked ``‡`` when the generator shaped it."""
+    return f"{text} {LATENCY_MARK}" if agg.any_latency_bound and text != "-" else text
 
 
 def build_tables(aggs: Sequence[RepeatAggregate]) -> list[Table]:
@@ -390,12 +417,13 @@ _LATEX_SPECIAL: Final = {
     "^": r"\textasciicircum{}",
     "±": r"$\pm$",
     "†": r"\textsuperscript{\dag}",
+    "‡": r"\textsuperscript{\ddag}",
     "≥": r"$\geq$",
 }
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX special characters (and map ± and † to math/text symbols)."""
+    """Escape LaTeX special characters (and map ±, † and ‡ to math/text symbols)."""
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 

@@ -206,10 +206,22 @@ class Generator(_Strict):
         default=5.0, gt=0, description="send lag p99 above this marks the cell generator_saturated"
     )
     spin_ms: float = Field(
-        default=1.0,
+        default=0.05,
         ge=0,
-        description="the scheduler busy-waits this close to a due send instead of sleeping "
-        "(event-loop timers have ~1 ms resolution)",
+        le=5,
+        description="most the publish loop busy-waits before a due send: it arms its timer "
+        "this much early at most (adaptive, see docs/performance.md); 0 never spins",
+    )
+    timer: Literal["auto", "timerfd", "loop"] = Field(
+        default="auto",
+        description="what wakes the publish loop: timerfd (ns deadlines, Linux), loop "
+        "(event-loop timers, ~1 ms resolution), auto = timerfd where available",
+    )
+    layout: Literal["auto", "shared", "split"] = Field(
+        default="auto",
+        description="shared: a worker runs publishers and subscribers in one event loop; "
+        "split: publishers and subscribers run in separate processes, so receive "
+        "timestamps never queue behind sends; auto picks per cell (docs/scenarios.md)",
     )
     reconnect_max: float = Field(
         default=0.1,

@@ -13,6 +13,8 @@ MAX_CONNECTIONS_PER_WORKER = 19000
 """Open files are capped at 20000 per process here; keep headroom for records and pipes."""
 AUTO_CONNECTIONS_PER_WORKER = 2000
 """``workers: auto`` adds a process per this many connections (one wake-up per message each)."""
+SPLIT_ABOVE_MSG_S = 2000.0
+"""``layout: auto`` runs publishers and subscribers in separate processes above this rate."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,10 @@ class WorkerPlan:
     connect_timeout_s: float
     spin_ns: int
     late_threshold_ns: int
+    timer: str = "auto"
+    """Publish-loop timer: ``timerfd``, ``loop`` or ``auto`` (``mqbench.workload.timer``)."""
+    role: str = "both"
+    """``both`` (shared layout), ``publishers`` or ``subscribers`` (split layout)."""
     persistent: bool = False
     connect_rate: float = 0.0
     """Connections per second started by this worker (0: no ramp)."""
@@ -82,6 +88,41 @@ def worker_count(requested: int | str, connections: int, cpus: int) -> int:
     return int(requested)
 
 
+LAYOUTS = ("shared", "split")
+
+
+def resolve_layout(requested: str, cell: Cell) -> str:
+    """The process layout a cell runs with: ``shared`` or ``split``.
+
+    ``auto`` chooses ``split`` (publishers and subscribers in separate processes, so a
+    receive is never timestamped after a batch of sends in the same event loop) whenever
+    the cell offers more than ``SPLIT_ABOVE_MSG_S`` messages per second or delivers more
+    than that; below it one process keeps every timestamp prompt and saves a process.
+    """
+    if requested != "auto":
+        return requested
+    busy = max(cell.offered_rate, cell.expected_delivery_rate)
+    return "split" if busy > SPLIT_ABOVE_MSG_S else "shared"
+
+
+def split_workers(workers: int, publishers: int, subscribers: int) -> tuple[int, int]:
+    """Publisher and subscriber process counts of the split layout for ``workers``.
+
+    Half the processes each (at least one), more where the open-files cap needs them.
+    """
+    half = max(1, math.ceil(workers / 2))
+    pubs = max(half, math.ceil(publishers / MAX_CONNECTIONS_PER_WORKER))
+    subs = max(half, math.ceil(subscribers / MAX_CONNECTIONS_PER_WORKER))
+    return pubs, subs
+
+
+def process_count(layout: str, workers: int, publishers: int, subscribers: int) -> int:
+    """Worker processes a cell starts in ``layout``."""
+    if layout == "split":
+        return sum(split_workers(workers, publishers, subscribers))
+    return workers
+
+
 def split_range(total: int, parts: int) -> list[tuple[int, int]]:
     """Split ``[0, total)`` into ``parts`` contiguous ranges (sizes differ by <= 1, may be 0)."""
     parts = max(1, parts)
@@ -109,12 +150,18 @@ def build_plans(
     proxy_port: int = 0,
     proxied: dict[str, list[int]] | None = None,
     reconnect_max_s: float = 0.1,
+    timer: str = "auto",
+    layout: str = "shared",
 ) -> list[WorkerPlan]:
-    """Shard a cell over ``workers`` processes.
+    """Shard a cell over worker processes.
 
-    Publishers and subscribers are each split into contiguous ranges; with equal counts
-    (pairs, p2p) publisher i and subscriber i land in the same process.
+    ``shared``: ``workers`` processes; publishers and subscribers are each split into
+    contiguous ranges, so with equal counts (pairs, p2p) publisher i and subscriber i land
+    in the same process. ``split``: publishers and subscribers in separate processes
+    (``split_workers``), publisher processes first.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}")
     churn = None
     if cell.churn is not None:
         churn = ChurnPlan(
@@ -124,10 +171,19 @@ def build_plans(
             fraction=cell.churn.fraction,
             first_after_s=cell.warmup_s + cell.churn.first_after,
         )
-    pub_ranges = split_range(len(topology.publishers), workers)
-    sub_ranges = split_range(len(topology.subscribers), workers)
+    n_pubs, n_subs = len(topology.publishers), len(topology.subscribers)
+    if layout == "split":
+        pub_workers, sub_workers = split_workers(workers, n_pubs, n_subs)
+        pub_ranges = split_range(n_pubs, pub_workers) + [(n_pubs, n_pubs)] * sub_workers
+        sub_ranges = [(0, 0)] * pub_workers + split_range(n_subs, sub_workers)
+        roles = ["publishers"] * pub_workers + ["subscribers"] * sub_workers
+    else:
+        pub_ranges = split_range(n_pubs, workers)
+        sub_ranges = split_range(n_subs, workers)
+        roles = ["both"] * workers
     plans = []
-    for w in range(workers):
+    processes = len(roles)
+    for w in range(processes):
         pa, pb = pub_ranges[w]
         sa, sb = sub_ranges[w]
         plans.append(
@@ -147,8 +203,10 @@ def build_plans(
                 connect_timeout_s=connect_timeout_s,
                 spin_ns=spin_ns,
                 late_threshold_ns=late_threshold_ns,
+                timer=timer,
+                role=roles[w],
                 persistent=topology.persistent,
-                connect_rate=cell.connect_rate / workers if cell.connect_rate else 0.0,
+                connect_rate=cell.connect_rate / processes if cell.connect_rate else 0.0,
                 churn=churn,
                 proxy_port=proxy_port,
                 proxied_subs=frozenset((proxied or {}).get("subscribers", [])),

@@ -25,7 +25,7 @@ from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.transports.topics import is_filter
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.events import EventLog
-from mqbench.workload.plan import build_plans, worker_count
+from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
 from mqbench.workload.search import SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology, fault_targets
@@ -202,13 +202,17 @@ def _run_cell(
     cell_dir = result_dir / "cells" / cell.id
     cell_dir.mkdir(parents=True)
     workers = worker_count(scenario.generator.workers, cell.connections, os.cpu_count() or 1)
+    layout = resolve_layout(scenario.generator.layout, cell)
     topology = build_topology(cell, run_tag, scenario.seed)
     params = {
         **cell.params(),
         "protocol": target.transport,
         "transport": client,
         "runtime": scenario.runtime,
-        "workers": workers,
+        "workers": process_count(
+            layout, workers, len(topology.publishers), len(topology.subscribers)
+        ),
+        "layout": layout,
         "faults": scenario.faults.type if scenario.faults else None,
     }
     manifest.add_cell(
@@ -278,6 +282,8 @@ def _run_cell(
             proxy_port=proxy_port,
             proxied=proxied,
             reconnect_max_s=scenario.generator.reconnect_max,
+            timer=scenario.generator.timer,
+            layout=layout,
         )
         driver = faults
         coordinator = Coordinator(

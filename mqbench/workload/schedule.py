@@ -1,4 +1,4 @@
-"""Open-loop token-bucket schedule (DESIGN.md, measurement rule 1).
+"""Open-loop token-bucket schedule (docs/architecture.md, measurement rule 1).
 
 Message ``seq`` of publisher ``p`` is *intended* at ``intended_ns(start, r, n, p, seq)``
 whatever happened before it: a slow send never moves later messages. When the generator
@@ -10,15 +10,17 @@ instead of disappearing behind a reset schedule.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mqbench.records.schedule import intended_ns
+from mqbench.workload.timer import Timer, TimerFactory
 
 SendFn = Callable[[int, int, int], None]
 """``(pub, seq, intended_ns)``: hand one message to its publisher's client."""
 Clock = Callable[[], int]
-Sleep = Callable[[float], Awaitable[None]]
+Defer = Callable[[Callable[[], None]], object]
+"""Run a callback on a later loop iteration, after pending I/O (``loop.call_soon``)."""
 
 
 @dataclass
@@ -31,6 +33,16 @@ class ScheduleStats:
     """Messages handed over more than ``late_threshold_ns`` after their intended time."""
     max_lag_ns: int = 0
     """Largest observed send lag (actual hand-over minus intended)."""
+    timer: str = ""
+    """Which timer woke the loop: ``timerfd`` (ns deadlines) or ``loop`` (~1 ms)."""
+    wakeups: int = 0
+    """Timer expiries that woke the loop."""
+    yields: int = 0
+    """Times the loop handed control back to pending I/O in the middle of due sends."""
+    spin_ns: int = 0
+    """Time spent busy-waiting for due times (the CPU cost of precision)."""
+    margin_ns: int = 0
+    """Final wake-up margin: how early the timer was armed before a due time."""
 
 
 class InterleavedSchedule:
@@ -81,81 +93,180 @@ class InterleavedSchedule:
         return (self.last - self.first) * self.messages_per_publisher
 
 
-class PublishLoop:
-    """Drives an ``InterleavedSchedule``: sleeps until due, sends, records lateness.
+class WakeMargin:
+    """How early to arm the timer so that busy-waiting, not the wake-up, meets the due time.
 
-    Event-loop timers resolve to about a millisecond. When sends are far apart (the
-    period between this loop's sends is at least ``SPIN_PERIOD_FACTOR`` x ``spin_ns``), the
-    loop sleeps until ``spin_ns`` before the next due time and then yields to the loop
-    (``sleep(0)``) until it is due, costing at most ~1/``SPIN_PERIOD_FACTOR`` of a core;
-    I/O keeps being served while it waits. When sends are closer together, spinning would
-    take a whole core from the broker on a small machine, so the loop wakes at most once
-    per ``MIN_SLEEP_S`` and sends everything due; the resulting lag (< ~1-2 ms) is
-    recorded per message, never hidden. ``batch`` bounds how many overdue messages go out
-    before the loop yields, so a backlog never starves receivers.
+    A timer expiry reaches the loop some microseconds late (scheduler wake-up, epoll,
+    callback). The loop arms ``value_ns`` before each due time and busy-waits the rest, so
+    the typical send leaves within a microsecond of its due time. ``value_ns`` follows the
+    90th percentile of the last ``window`` observed overshoots, capped at ``cap_ns`` so a
+    loaded machine cannot turn waiting into spinning; what the cap does not cover is
+    recorded as send lag, never hidden.
     """
 
-    SPIN_PERIOD_FACTOR = 5
-    MIN_SLEEP_S = 0.001
+    QUANTILE = 0.9
+
+    def __init__(self, cap_ns: int, *, initial_ns: int = 20_000, window: int = 64) -> None:
+        self.cap_ns = max(0, cap_ns)
+        self.value_ns = min(self.cap_ns, initial_ns)
+        self._samples: list[int] = []
+        self._window = window
+        self._next = 0
+        self._seen = 0
+
+    def observe(self, overshoot_ns: int) -> None:
+        """Record how late one timer expiry was handled (negative counts as zero)."""
+        sample = max(0, overshoot_ns)
+        if len(self._samples) < self._window:
+            self._samples.append(sample)
+        else:
+            self._samples[self._next] = sample
+            self._next = (self._next + 1) % self._window
+        self._seen += 1
+        if self._seen % 16 == 0 or self._seen == 4:
+            ordered = sorted(self._samples)
+            quantile = ordered[min(len(ordered) - 1, int(self.QUANTILE * len(ordered)))]
+            self.value_ns = min(self.cap_ns, quantile)
+
+
+class PublishLoop:
+    """Drives an ``InterleavedSchedule``: wakes at each due time, sends, records lateness.
+
+    Between sends the loop sleeps on a ``Timer`` armed ``margin`` before the next due time
+    (a ``timerfd`` with nanosecond deadlines where available: event-loop timers resolve to
+    about a millisecond) and busy-waits the last few microseconds. While it sleeps the
+    event loop serves I/O, so receive timestamps are not queued behind the schedule; when
+    the next send is too close to be worth a wake-up (``margin + min_sleep_ns``) it
+    busy-waits instead. Busy-waiting is bounded by ``spin_ns`` per send, which bounds its
+    CPU cost. Every ``batch`` sends, or after ``budget_ns`` of continuous work, the loop
+    hands control back to pending I/O before it goes on: a backlog never starves receivers.
+    A message is never sent before its intended time and the schedule is never reset: when
+    the loop falls behind, overdue messages go out in intended order and their lateness is
+    recorded.
+    """
 
     def __init__(
         self,
         schedule: InterleavedSchedule,
         send: SendFn,
         clock: Clock,
-        sleep: Sleep = asyncio.sleep,
+        timers: TimerFactory,
+        defer: Defer,
         *,
-        spin_ns: int = 1_000_000,
+        spin_ns: int = 50_000,
+        min_sleep_ns: int = 20_000,
         late_threshold_ns: int = 5_000_000,
-        batch: int = 2000,
+        batch: int = 64,
+        budget_ns: int = 200_000,
     ) -> None:
         self.schedule = schedule
         self.stats = ScheduleStats()
         self._send = send
         self._clock = clock
-        self._sleep = sleep
-        local_rate = schedule.rate * (schedule.last - schedule.first)
-        period_ns = 1e9 / local_rate
-        self._spin_ns = spin_ns if period_ns >= self.SPIN_PERIOD_FACTOR * spin_ns else 0
+        self._timers = timers
+        self._defer = defer
+        self._margin = WakeMargin(spin_ns)
+        self._min_sleep_ns = min_sleep_ns
         self._late_ns = late_threshold_ns
-        self._batch = batch
+        self._batch = max(1, batch)
+        self._budget_ns = budget_ns
         self._stopped = False
+        self._timer: Timer | None = None
+        self._armed_at: int | None = None
+        self._finished: Callable[[], None] | None = None
 
     def stop(self) -> None:
-        """Stop after the current batch (used for interrupts)."""
+        """Stop after the current send (used for interrupts and shutdown)."""
         self._stopped = True
+        if self._timer is not None:
+            self._defer(self._step)
+
+    def start(self, finished: Callable[[], None]) -> None:
+        """Begin; ``finished`` is called once every message was sent or after ``stop``."""
+        self._finished = finished
+        self._timer = self._timers(self._on_timer)
+        self.stats.timer = self._timer.kind
+        self._step()
 
     async def run(self) -> ScheduleStats:
         """Send every scheduled message (or until stopped); return what was observed."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        self.start(finished)
+        try:
+            await done
+        finally:
+            self._close()
+        return self.stats
+
+    def _on_timer(self) -> None:
+        armed = self._armed_at
+        if armed is None:
+            return
+        self._armed_at = None
+        self.stats.wakeups += 1
+        self._margin.observe(self._clock() - armed)
+        self._step()
+
+    def _close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+        self._armed_at = None
+        self.stats.margin_ns = self._margin.value_ns
+
+    def _done(self) -> None:
+        self._close()
+        finished, self._finished = self._finished, None
+        if finished is not None:
+            finished()
+
+    def _step(self) -> None:
+        """Send what is due, then sleep, busy-wait or yield until the next due time."""
         schedule, stats, clock, send = self.schedule, self.stats, self._clock, self._send
-        while not schedule.finished and not self._stopped:
-            now = clock()
-            sent_in_batch = 0
-            while not schedule.finished:
-                due = schedule.next_due_ns()
-                if due > now:
-                    break
-                pub, seq = schedule.current()
-                lag = clock() - due
-                send(pub, seq, due)
-                schedule.advance()
-                stats.due += 1
-                if lag > stats.max_lag_ns:
-                    stats.max_lag_ns = lag
-                if lag > self._late_ns:
-                    stats.late += 1
-                sent_in_batch += 1
-                if sent_in_batch >= self._batch:
-                    break
+        if self._finished is None:
+            return
+        if self._stopped or schedule.finished:
+            self._done()
+            return
+        if self._armed_at is not None:
+            return  # a stale deferred call while the timer is armed
+        now = clock()
+        began = now
+        sent = 0
+        late_ns, margin = self._late_ns, self._margin
+        while True:
+            due = schedule.next_due_ns()
+            wait = due - now
+            if wait > 0:
+                if wait > margin.value_ns + self._min_sleep_ns:
+                    self._armed_at = due - margin.value_ns
+                    assert self._timer is not None
+                    self._timer.arm(self._armed_at)
+                    return
+                spin_from = now
+                while now < due:
+                    now = clock()
+                stats.spin_ns += now - spin_from
+            pub, seq = schedule.current()
+            lag = now - due
+            send(pub, seq, due)
+            schedule.advance()
+            stats.due += 1
+            if lag > stats.max_lag_ns:
+                stats.max_lag_ns = lag
+            if lag > late_ns:
+                stats.late += 1
+            sent += 1
             if schedule.finished or self._stopped:
-                break
-            wait = schedule.next_due_ns() - clock()
-            if sent_in_batch >= self._batch or wait <= 0:
-                await self._sleep(0)
-            elif self._spin_ns == 0:
-                await self._sleep(max(wait / 1e9, self.MIN_SLEEP_S))
-            elif wait > self._spin_ns:
-                await self._sleep((wait - self._spin_ns) / 1e9)
-            else:
-                await self._sleep(0)
-        return stats
+                self._done()
+                return
+            now = clock()
+            if sent >= self._batch or now - began >= self._budget_ns:
+                stats.yields += 1
+                self._defer(self._step)
+                return

@@ -28,6 +28,7 @@ from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHand
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.schedule import InterleavedSchedule, PublishLoop
+from mqbench.workload.timer import timer_factory
 from mqbench.workload.topology import PubSpec, SubSpec
 
 STATS_INTERVAL_S = 0.5
@@ -148,9 +149,15 @@ class Worker:
             "send_failed": self.send_failed,
             "acked": self.acked,
             "received": self.deliveries.count,
+            "role": self.plan.role,
             "due": loop_stats.due if loop_stats else 0,
             "late": loop_stats.late if loop_stats else 0,
             "max_send_lag_ns": loop_stats.max_lag_ns if loop_stats else 0,
+            "timer": loop_stats.timer if loop_stats else None,
+            "timer_wakeups": loop_stats.wakeups if loop_stats else 0,
+            "spin_s": round(loop_stats.spin_ns / 1e9, 6) if loop_stats else 0.0,
+            "wake_margin_us": round(loop_stats.margin_ns / 1e3, 1) if loop_stats else None,
+            "publish_yields": loop_stats.yields if loop_stats else 0,
             "max_loop_lag_ns": self.max_loop_lag_ns,
             "connected": connected,
             "connect_failed": self.connect_failed,
@@ -170,12 +177,18 @@ class Worker:
         }
 
     def _publish_cpu_fraction(self) -> float | None:
+        """Share of a core the worker was busy while publishing, busy-waiting excluded.
+
+        Busy-waiting for a due time (the publish loop's spin) is CPU the worker would
+        give up if it had work: it is reported as ``spin_s``, not counted as load.
+        """
         marks = self._publish_cpu
         if len(marks) < 2:
             return None
         cpu = (marks[2] if len(marks) > 2 else time.process_time()) - marks[0]
         wall = (marks[3] if len(marks) > 2 else time.monotonic()) - marks[1]
-        return cpu / wall if wall > 0 else None
+        spin = self._loop_task.stats.spin_ns / 1e9 if self._loop_task else 0.0
+        return max(0.0, cpu - spin) / wall if wall > 0 else None
 
     # -- clients ---------------------------------------------------------------------
 
@@ -469,6 +482,8 @@ class Worker:
                     schedule,
                     self._make_send(),
                     time.time_ns,
+                    timer_factory(self.plan.timer, loop),
+                    loop.call_soon,
                     spin_ns=self.plan.spin_ns,
                     late_threshold_ns=self.plan.late_threshold_ns,
                 )

@@ -184,3 +184,50 @@ def test_compare_cli_rejects_a_bad_threshold_with_exit_2(tmp_path: Path) -> None
     )
     assert result.exit_code == 2
     assert "error:" in result.stderr and "Traceback" not in result.output
+
+
+def _latency_bound_copy(tmp_path: Path) -> Path:
+    current = tmp_path / "bound"
+    shutil.copytree(FIXTURE, current)
+    for path in current.glob("cells/alpha-64B-1pairs*/summary.json"):
+        data = json.loads(path.read_text())
+        data.update(schema_version=3, latency_verdict="generator-bound", latency_reason="lag")
+        path.write_text(json.dumps(data))
+    return current
+
+
+def test_latency_of_generator_bound_cells_is_refused_not_judged() -> None:
+    bound = agg(latency_p95_us=[500.0], throughput_msg_s=[100.0])
+    bound = RepeatAggregate(**{**bound.__dict__, "any_latency_bound": True})
+    res = compare_aggregates(
+        [agg(latency_p95_us=[100.0], throughput_msg_s=[100.0])],
+        [bound],
+        parse_thresholds("p95=+10%,throughput=-5%"),
+    )
+    assert one(res.cells, "p95")["verdict"] == "refused"
+    assert one(res.cells, "throughput")["verdict"] == "ok"  # not from the intended time
+    assert res.cells[0].verdict == "refused" and res.exit_code == 4
+    assert any("--allow-generator-bound" in n for n in res.cells[0].notes)
+
+
+def test_allow_generator_bound_judges_latency_anyway() -> None:
+    bound = agg(latency_p95_us=[500.0])
+    bound = RepeatAggregate(**{**bound.__dict__, "any_latency_bound": True})
+    res = compare_aggregates(
+        [agg(latency_p95_us=[100.0])],
+        [bound],
+        parse_thresholds("p95=+10%"),
+        allow_generator_bound=True,
+    )
+    assert one(res.cells, "p95")["verdict"] == "regression" and res.exit_code == 3
+
+
+def test_compare_cli_exits_4_when_latency_is_generator_bound(tmp_path: Path) -> None:
+    current = _latency_bound_copy(tmp_path)
+    result = CliRunner().invoke(_cli(), ["compare", str(FIXTURE), str(current)])
+    assert result.exit_code == 4, result.output
+    assert result.stdout.splitlines()[-1].startswith("REFUSED:")
+    allowed = CliRunner().invoke(
+        _cli(), ["compare", str(FIXTURE), str(current), "--allow-generator-bound"]
+    )
+    assert allowed.exit_code == 0, allowed.output

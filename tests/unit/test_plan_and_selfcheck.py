@@ -2,7 +2,15 @@ import pytest
 
 from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.plan import WorkerPlan, build_plans, split_range, worker_count
+from mqbench.workload.plan import (
+    SPLIT_ABOVE_MSG_S,
+    WorkerPlan,
+    build_plans,
+    process_count,
+    resolve_layout,
+    split_range,
+    worker_count,
+)
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology
 
@@ -30,7 +38,7 @@ def test_too_few_explicit_workers_for_the_connections_is_rejected() -> None:
         worker_count(1, 40000, cpus=2)
 
 
-def plans_for(cell: Cell, workers: int) -> list[WorkerPlan]:
+def plans_for(cell: Cell, workers: int, layout: str = "shared") -> list[WorkerPlan]:
     return build_plans(
         cell,
         build_topology(cell, "abc"),
@@ -42,6 +50,7 @@ def plans_for(cell: Cell, workers: int) -> list[WorkerPlan]:
         connect_timeout_s=5,
         spin_ns=0,
         late_threshold_ns=1,
+        layout=layout,
     )
 
 
@@ -53,6 +62,34 @@ def test_pairs_plans_keep_each_publisher_with_its_subscriber() -> None:
         for pub, sub in zip(plan.publishers, plan.subscribers, strict=True):
             assert pub.topic == sub.topic_filter
     assert all(p.publishers_total == 5 for p in plans)
+
+
+def test_the_split_layout_runs_publishers_and_subscribers_in_separate_processes() -> None:
+    plans = plans_for(cell(5), 1, layout="split")
+    assert [(p.worker, p.role) for p in plans] == [(0, "publishers"), (1, "subscribers")]
+    assert [len(p.publishers) for p in plans] == [5, 0]
+    assert [len(p.subscribers) for p in plans] == [0, 5]
+    assert plans[1].pub_range == (0, 0)
+    four = plans_for(cell(9), 4, layout="split")
+    assert [p.role for p in four] == ["publishers"] * 2 + ["subscribers"] * 2
+    assert [p.pub_range for p in four[:2]] == [(0, 5), (5, 9)]
+    assert [[s.index for s in p.subscribers] for p in four[2:]] == [[0, 1, 2, 3, 4], [5, 6, 7, 8]]
+    assert process_count("split", 4, 9, 9) == 4 == len(four)
+    assert process_count("shared", 3, 9, 9) == 3
+
+
+def test_the_split_layout_adds_processes_where_the_open_files_cap_needs_them() -> None:
+    assert process_count("split", 1, 30_000, 30_000) == 4
+    assert process_count("split", 1, 1, 30_000) == 3
+
+
+def test_auto_layout_splits_only_busy_cells() -> None:
+    quiet = Cell(0, 0, "nats", "pairs", 10, 10.0, 64, 0, 10.0, 1.0, 1.0)
+    busy = Cell(0, 0, "nats", "pairs", 10, SPLIT_ABOVE_MSG_S, 64, 0, 10.0, 1.0, 1.0)
+    assert resolve_layout("auto", quiet) == "shared"
+    assert resolve_layout("auto", busy) == "split"
+    assert resolve_layout("shared", busy) == "shared"
+    assert resolve_layout("split", quiet) == "split"
 
 
 def test_fanout_shards_subscribers_and_leaves_other_workers_without_publishers() -> None:

@@ -208,3 +208,18 @@ def test_bad_result_folders_are_explained_without_traceback(
 def test_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(_cli(), ["report", str(FIXTURE), "--format", "docx"])
     assert result.exit_code == 2 and "choose one of md, latex, csv, html" in result.stderr
+
+
+def test_latency_bound_cells_are_marked_in_latency_tables_only() -> None:
+    aggs = _qos_aggs()
+    aggs[0] = RepeatAggregate(**{**aggs[0].__dict__, "any_latency_bound": True})
+    tables = build_tables(aggs)
+    qos = next(t for t in tables if t.key == "qos")
+    assert qos.rows[0][1] == "5.00 %; 0.100 / 0.300 ‡"
+    assert not qos.rows[0][2].endswith("‡")
+    assert any(n.startswith("‡ latency generator-bound") for n in qos.notes)
+    cells = next(t for t in tables if t.key == "cells")
+    row = cells.rows[0]
+    assert row[cells.header.index("p50 ms")].endswith("‡")
+    assert not row[cells.header.index("Throughput msg/s")].endswith("‡")
+    assert latex_escape("1 ‡") == r"1 \textsuperscript{\ddag}"

@@ -1,0 +1,285 @@
+"""Latency vs offered rate, next to an independent native subscriber (run on demand).
+
+For each offered rate (all publishers together) this runs one mqbench cell against a broker
+it starts itself (native runtime, 127.0.0.1), while an independent native client on the
+same broker timestamps the same messages from the wire header's ``t_sent``: mosquitto's own
+``mosquitto_sub -F '%U %x'`` for MQTT, a raw-socket NATS subscriber in its own process for
+NATS (nats-server ships no CLI client). It prints, per rate: send lag p50/p99, the headline
+latency (from the intended send time) p50/p99, latency from the actual send p50/p99, the
+independent subscriber's p50/p99, generator CPU and the self-check verdicts.
+
+    .venv/bin/python benchmarks/latency_sweep.py --target mosquitto
+    .venv/bin/python benchmarks/latency_sweep.py --target nats --rates 100,1000,20000
+    .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --layout shared --timer loop
+
+Each rate is one cell of ``--pairs`` pairs (20 by default), 64 B, QoS 0, one generator
+worker (``--workers``), ``--duration`` measured after a 2 s warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mqbench.analysis.numpy_ref import analyze_cell_numpy
+from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.native import NativeRuntime
+from mqbench.records.format import HEADER
+from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.matrix import Cell
+from mqbench.workload.coordinator import Progress
+from mqbench.workload.run import run_scenario
+
+WARMUP_S = 2.0
+NATIVE_SUB_ARGS = ("-t", "mqbench/#", "-q", "0", "-F", "%U %x")
+
+
+class QuietReporter:
+    """Reports failed cells only."""
+
+    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+        pass
+
+    def cell_started(self, cell: Cell) -> None:
+        pass
+
+    def phase(self, cell: Cell, text: str) -> None:
+        pass
+
+    def progress(self, cell: Cell, progress: Progress) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+        if status != "completed":
+            print(f"{cell.id}: {status} {detail.get('error') or ''}", file=sys.stderr)
+
+
+class MosquittoSub:
+    """``mosquitto_sub`` on ``mqbench/#`` printing receive time and payload hex per message."""
+
+    def __init__(self, port: int) -> None:
+        self.out = tempfile.NamedTemporaryFile(prefix="mqbench-native-sub-", delete=False)  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*("mosquitto_sub", "-h", "127.0.0.1", "-p", str(port)), *NATIVE_SUB_ARGS],
+            stdout=self.out,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> list[tuple[int, int]]:
+        """Stop it (by PID) and return ``(t_sent, t_recv)`` per message."""
+        self.proc.terminate()
+        self.proc.wait(5)
+        self.out.close()
+        pairs = []
+        with open(self.out.name, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                stamp, _, payload = line.strip().partition(" ")
+                if len(payload) < 48 or "." not in stamp:
+                    continue
+                secs, frac = stamp.split(".")
+                t_recv = int(secs) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+                _, _, t_sent, _ = HEADER.unpack(bytes.fromhex(payload[:48]))
+                pairs.append((t_sent, t_recv))
+        os.unlink(self.out.name)
+        return pairs
+
+
+_NATS_SUB = r"""
+import os, socket, sys, time, struct
+port, out = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.recv(65536)
+s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB mqbench.> 1\r\nPING\r\n')
+unpack = struct.Struct("<IIqq").unpack_from
+buf = b""
+res = []
+s.settimeout(0.5)
+stop = out + ".stop"
+while not os.path.exists(stop):
+    try:
+        data = s.recv(1 << 20)
+    except socket.timeout:
+        continue
+    now = time.time_ns()
+    if not data:
+        break
+    buf += data
+    while True:
+        end = buf.find(b"\r\n")
+        if end < 0:
+            break
+        line = buf[:end]
+        if line.startswith(b"MSG "):
+            size = int(line.rsplit(b" ", 1)[1])
+            if len(buf) < end + 2 + size + 2:
+                break
+            payload = buf[end + 2 : end + 2 + size]
+            res.append((unpack(payload)[2], now))
+            buf = buf[end + 2 + size + 2 :]
+        else:
+            if line == b"PING":
+                s.sendall(b"PONG\r\n")
+            buf = buf[end + 2 :]
+with open(out, "w") as fh:
+    for t_sent, t_recv in res:
+        fh.write(f"{t_sent} {t_recv}\n")
+"""
+
+
+class NatsSub:
+    """A raw-socket NATS subscriber on ``mqbench.>`` in its own Python process."""
+
+    def __init__(self, port: int) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="mqbench-native-sub-")
+        os.close(fd)
+        self.proc = subprocess.Popen([sys.executable, "-c", _NATS_SUB, str(port), self.path])
+
+    def stop(self) -> list[tuple[int, int]]:
+        """Ask it to stop, wait for its file, return ``(t_sent, t_recv)`` per message."""
+        Path(self.path + ".stop").touch()
+        self.proc.wait(10)
+        os.unlink(self.path + ".stop")
+        pairs = []
+        with open(self.path, encoding="ascii") as fh:
+            for line in fh:
+                a, b = line.split()
+                pairs.append((int(a), int(b)))
+        os.unlink(self.path)
+        return pairs
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    """Nearest-rank percentile in ms."""
+    if values.size == 0:
+        return float("nan")
+    ordered = np.sort(values)
+    rank = max(1, int(np.ceil(q / 100 * ordered.size)))
+    return float(ordered[rank - 1]) / 1e6
+
+
+def _run_rate(
+    broker: RunningBroker, args: argparse.Namespace, rate: float, out_root: Path
+) -> dict[str, Any]:
+    per_pub = rate / args.pairs
+    data = {
+        "name": "latency-sweep",
+        "targets": [args.target],
+        "runtime": "external",
+        "broker": {"port": broker.endpoint.port, "pid": broker.pids[0]},
+        "workload": {
+            "pairs": args.pairs,
+            "rate": per_pub,
+            "payload": "64B",
+            "qos": 0,
+            "warmup": f"{WARMUP_S}s",
+            "duration": args.duration,
+            "drain": "2s",
+        },
+        "generator": {"workers": args.workers, "layout": args.layout, "timer": args.timer},
+    }
+    scenario = validate_scenario(data, "benchmark")
+    native = (MosquittoSub if args.target == "mosquitto" else NatsSub)(broker.endpoint.port)
+    time.sleep(0.5)  # subscribed before the first message
+    try:
+        result = run_scenario(
+            scenario,
+            scenario_file="benchmark",
+            scenario_data=data,
+            out_root=out_root,
+            argv=["benchmarks/latency_sweep.py"],
+            reporter=QuietReporter(),
+        )
+    finally:
+        seen = native.stop()
+    cell = result.cells[0]
+    if cell["status"] != "completed":
+        raise SystemExit(f"rate {rate}: cell {cell['status']}: {cell.get('error')}")
+    summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell["id"])
+    window = cell["window"]
+    stamps = np.array(seen, dtype=np.int64).reshape(-1, 2)
+    in_window = stamps[(stamps[:, 0] >= window["start_ns"]) & (stamps[:, 0] < window["end_ns"])]
+    native_lat = in_window[:, 1] - in_window[:, 0]
+    lat, frm, lag = summary.latency, summary.latency_from_send, summary.send_lag
+    workers = cell.get("generator", {}).get("workers", [])
+    return {
+        "rate": rate,
+        "layout": cell["params"].get("layout"),
+        "timer": ",".join(sorted({str(w.get("timer")) for w in workers if w.get("timer")})),
+        "lag_p50": lag.p50_us / 1e3 if lag else None,
+        "lag_p99": lag.p99_us / 1e3 if lag else None,
+        "p50": lat.p50_us / 1e3 if lat else None,
+        "p99": lat.p99_us / 1e3 if lat else None,
+        "send_p50": frm.p50_us / 1e3 if frm else None,
+        "send_p99": frm.p99_us / 1e3 if frm else None,
+        "native_n": int(native_lat.size),
+        "native_p50": _pct(native_lat, 50),
+        "native_p99": _pct(native_lat, 99),
+        "gen_cpu": summary.generator_cpu_cores_mean,
+        "broker_cpu": summary.broker_cpu_cores_mean,
+        "loss_pct": summary.loss_pct,
+        "generator": "saturated" if summary.generator_saturated else "ok",
+        "latency": getattr(summary, "latency_verdict", "n/a"),
+    }
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=("mosquitto", "nats"), default="mosquitto")
+    parser.add_argument("--rates", default="100,200,400,1000,4000,20000")
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--duration", default="10s")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--layout", default="auto", choices=("auto", "shared", "split"))
+    parser.add_argument("--timer", default="auto", choices=("auto", "timerfd", "loop"))
+    parser.add_argument("--json", action="store_true", help="one JSON object per rate")
+    args = parser.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    print(
+        f"# {args.target}, {args.pairs} pairs, 64 B, QoS 0, {args.workers} worker(s), "
+        f"layout {args.layout}, timer {args.timer}, {args.duration} measured; "
+        f"load average {os.getloadavg()[0]:.2f}; latency in ms",
+        flush=True,
+    )
+    columns = (
+        "rate", "layout", "timer", "lag_p50", "lag_p99", "p50", "p99", "send_p50", "send_p99",
+        "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu", "loss_pct",
+        "generator", "latency",
+    )  # fmt: skip
+    if not args.json:
+        print(" ".join(f"{c:>10}" for c in columns), flush=True)
+    with tempfile.TemporaryDirectory(prefix="mqbench-sweep-") as tmp:
+        runtime = NativeRuntime()
+        broker = runtime.start(
+            StartRequest(target=args.target, workdir=Path(tmp) / "broker", options={})
+        )
+        try:
+            for rate in rates:
+                row = _run_rate(broker, args, rate, Path(tmp) / "results")
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(" ".join(f"{_fmt(row[c]):>10}" for c in columns), flush=True)
+        finally:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()
