@@ -128,25 +128,40 @@ class TimerfdTimer:
 
 
 class LoopTimer:
-    """The event loop's own timer (``call_at``): portable, about 1 ms resolution."""
+    """The event loop's own timer (``call_at``): portable, about 1 ms resolution.
+
+    Loop timers round to the millisecond and may run a little before their time; this one
+    never calls back before its deadline (it re-arms for the rest plus one tick), so a
+    publish loop on it sleeps instead of spinning through the event loop, and the up to
+    ~2 ms it wakes late are recorded as send lag.
+    """
 
     kind = "loop"
+    TICK_S = 0.001
 
     def __init__(self, callback: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
         self._callback = callback
         self._loop = loop
         self._handle: asyncio.TimerHandle | None = None
+        self._deadline_ns = 0
 
     def _fire(self) -> None:
         self._handle = None
+        remaining = self._deadline_ns - time.time_ns()
+        if remaining > 0:
+            self._schedule(remaining / 1e9 + self.TICK_S)
+            return
         self._callback()
+
+    def _schedule(self, delay_s: float) -> None:
+        self._handle = self._loop.call_at(self._loop.time() + delay_s, self._fire)
 
     def arm(self, deadline_ns: int) -> None:
         """Arm relative to now: the loop clock is monotonic, deadlines are wall-clock."""
         if self._handle is not None:
             self._handle.cancel()
-        delay = max(0.0, (deadline_ns - time.time_ns()) / 1e9)
-        self._handle = self._loop.call_at(self._loop.time() + delay, self._fire)
+        self._deadline_ns = deadline_ns
+        self._schedule(max(0.0, (deadline_ns - time.time_ns()) / 1e9))
 
     def close(self) -> None:
         """Cancel a pending wake-up."""

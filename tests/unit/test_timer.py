@@ -68,7 +68,7 @@ def test_rearming_a_timerfd_replaces_the_earlier_deadline() -> None:
 def test_the_loop_timer_fires_after_its_deadline() -> None:
     deadline = time.time_ns() + 3_000_000
     fired = asyncio.run(_fire_times("loop", [deadline]))
-    assert fired[0] >= deadline - 1_000_000  # the loop clock rounds to about a millisecond
+    assert fired[0] >= deadline  # never early, though the loop clock rounds to a millisecond
 
 
 def test_auto_picks_timerfd_where_available() -> None:
