@@ -3,10 +3,11 @@
 For each offered rate (all publishers together) this runs one mqbench cell against a broker
 it starts itself (native runtime, 127.0.0.1), while an independent native client on the
 same broker timestamps the same messages from the wire header's ``t_sent``: mosquitto's own
-``mosquitto_sub -F '%U %x'`` for MQTT, a raw-socket NATS subscriber in its own process for
-NATS (nats-server ships no CLI client). It prints, per rate: send lag p50/p99, the headline
-latency (from the intended send time) p50/p99, latency from the actual send p50/p99, the
-independent subscriber's p50/p99, generator CPU and the self-check verdicts.
+``mosquitto_sub -F '%U %x'`` for MQTT, the official Go client (nats.go, built once from
+``benchmarks/native/natssub`` with the Go toolchain) for NATS. It prints, per rate: send
+lag p50/p99, the headline latency (from the intended send time) p50/p99, latency from the
+actual send p50/p99, the independent subscriber's p50/p99, generator CPU and the
+self-check verdicts.
 
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto
     .venv/bin/python benchmarks/latency_sweep.py --target nats --rates 100,1000,20000
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,62 +95,40 @@ class MosquittoSub:
         return pairs
 
 
-_NATS_SUB = r"""
-import os, socket, sys, time, struct
-port, out = int(sys.argv[1]), sys.argv[2]
-s = socket.create_connection(("127.0.0.1", port))
-s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-s.recv(65536)
-s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB mqbench.> 1\r\nPING\r\n')
-unpack = struct.Struct("<IIqq").unpack_from
-buf = b""
-res = []
-s.settimeout(0.5)
-stop = out + ".stop"
-while not os.path.exists(stop):
-    try:
-        data = s.recv(1 << 20)
-    except socket.timeout:
-        continue
-    now = time.time_ns()
-    if not data:
-        break
-    buf += data
-    while True:
-        end = buf.find(b"\r\n")
-        if end < 0:
-            break
-        line = buf[:end]
-        if line.startswith(b"MSG "):
-            size = int(line.rsplit(b" ", 1)[1])
-            if len(buf) < end + 2 + size + 2:
-                break
-            payload = buf[end + 2 : end + 2 + size]
-            res.append((unpack(payload)[2], now))
-            buf = buf[end + 2 + size + 2 :]
-        else:
-            if line == b"PING":
-                s.sendall(b"PONG\r\n")
-            buf = buf[end + 2 :]
-with open(out, "w") as fh:
-    for t_sent, t_recv in res:
-        fh.write(f"{t_sent} {t_recv}\n")
-"""
+NATSSUB_SOURCE = Path(__file__).resolve().parent / "native" / "natssub"
+
+
+def _natssub_binary() -> Path:
+    """Build the Go subscriber once (module downloads from the Go module proxy)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mqbench"
+    binary = cache / "natssub"
+    source = NATSSUB_SOURCE / "main.go"
+    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+        return binary
+    if shutil.which("go") is None:
+        raise SystemExit("the NATS side-by-side needs Go to build benchmarks/native/natssub")
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=NATSSUB_SOURCE, check=True)
+    return binary
 
 
 class NatsSub:
-    """A raw-socket NATS subscriber on ``mqbench.>`` in its own Python process."""
+    """The official Go NATS client (nats.go) on ``mqbench.>`` in its own process."""
 
     def __init__(self, port: int) -> None:
         fd, self.path = tempfile.mkstemp(prefix="mqbench-native-sub-")
         os.close(fd)
-        self.proc = subprocess.Popen([sys.executable, "-c", _NATS_SUB, str(port), self.path])
+        self.proc = subprocess.Popen(
+            [str(_natssub_binary()), f"nats://127.0.0.1:{port}", "mqbench.>", self.path],
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()  # "ready": subscribed
 
     def stop(self) -> list[tuple[int, int]]:
-        """Ask it to stop, wait for its file, return ``(t_sent, t_recv)`` per message."""
-        Path(self.path + ".stop").touch()
-        self.proc.wait(10)
-        os.unlink(self.path + ".stop")
+        """Stop it by PID (it writes its file on SIGTERM); ``(t_sent, t_recv)`` per message."""
+        self.proc.terminate()
+        self.proc.wait(30)
         pairs = []
         with open(self.path, encoding="ascii") as fh:
             for line in fh:
