@@ -5,18 +5,23 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from mqbench import __version__
 from mqbench.cli.broker_cmd import broker_app
 from mqbench.cli.brokers_cmd import brokers_app
+from mqbench.cli.calibrate_cmd import calibrate
 from mqbench.cli.errors import guarded
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from mqbench.calibration.use import CalibrationCheck
 
 # Piped output (CI logs, files) gets a wide console so tables are not squeezed to 80 columns.
 console = Console(
@@ -101,12 +106,30 @@ def run(
                 raise UsageError(
                     f"--only {sorted(unknown)[0]!r}: no such cell (see the ids with --dry-run)"
                 )
+        chosen = [c for c in cells if not selected or c.id in selected]
+        check = _check_calibration(scenario, chosen)
         if dry_run:
-            _print_cells(scenario, [c for c in cells if not selected or c.id in selected])
+            _print_cells(scenario, chosen)
+            _print_calibration_notes(check)
             return
-        _run(scenario, data, scenario_file, out, selected, no_analyze, master)
+        _print_calibration_notes(check)
+        _run(scenario, data, scenario_file, out, selected, no_analyze, master, check)
 
     guarded(go)
+
+
+def _check_calibration(scenario: Any, cells: list[Any]) -> CalibrationCheck:
+    """The calibration ``run`` finds (docs/calibration.md) checked against ``cells``."""
+    from mqbench.calibration.store import default_path, load
+    from mqbench.calibration.use import check_cells
+
+    return check_cells(scenario, cells, load(default_path()), os.cpu_count() or 1)
+
+
+def _print_calibration_notes(check: CalibrationCheck) -> None:
+    """One line per cell above its client's calibrated ceiling (and a stale calibration)."""
+    for line in check.notes():
+        console.print(Text.assemble(("warning: ", "yellow"), line))
 
 
 def _print_cells(scenario: Any, cells: list[Any]) -> None:
@@ -163,6 +186,7 @@ def _run(
     selected: set[str],
     no_analyze: bool,
     master: str | None,
+    check: CalibrationCheck,
 ) -> None:
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
@@ -176,6 +200,7 @@ def _run(
         argv=command_line(),
         reporter=RichReporter(console),
         only=(lambda c: c.id in selected) if selected else None,
+        manifest_extra={"calibration": check.manifest_record()},
     )
     if not no_analyze and any(c["status"] == "completed" for c in result.cells):
         _analyze(result.result_dir, master, {})
@@ -311,6 +336,7 @@ def version() -> None:
 
 app.command()(report)
 app.command()(compare)
+app.command()(calibrate)
 
 
 def main() -> None:

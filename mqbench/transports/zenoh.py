@@ -39,6 +39,14 @@ zenoh guarantees on top of that is chosen with ``ClientOptions.extra``:
 * ``express``: bool, default False (True sends each sample at once instead of batching),
 * ``priority``: 1-7 (zenoh priorities, 5 = data, the default).
 
+``mode``: ``"client"`` (default) or ``"peer"``. In peer mode the session does not need a
+router: it listens on an ephemeral port of the endpoint's host, connects to the endpoint as
+a *discovery peer* and has gossip scouting on, so the sessions of a run find each other
+and publishers send straight to subscribers (peer to peer, over TCP on loopback). A peer
+forwards nothing for others, so the discovery peer carries no data. ``mqbench calibrate``
+uses this as zenoh's broker-less path (docs/calibration.md); in peer mode ``connected``
+means the session is open and knows at least one peer.
+
 Topics are zenoh key expressions; mqbench topics (``mqbench/<tag>/<cell>/<i>``) are valid
 as they are. Keys with empty chunks, leading/trailing ``/`` or (for publishing) wildcards
 ``*``/``**`` are refused with ``TransportError``.
@@ -84,6 +92,7 @@ PRIORITIES = (
 )
 """zenoh priorities by number (1 = highest)."""
 CONGESTION = ("block", "drop")
+MODES = ("client", "peer")
 
 
 def _options(extra: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +107,9 @@ def _options(extra: dict[str, Any]) -> dict[str, Any]:
         raise TransportError(
             f"zenoh congestion_control must be one of {', '.join(CONGESTION)}, got {congestion!r}"
         )
+    mode = str(extra.get("mode", "client")).lower()
+    if mode not in MODES:
+        raise TransportError(f"zenoh mode must be one of {', '.join(MODES)}, got {mode!r}")
     priority = extra.get("priority")
     if priority is not None and not (isinstance(priority, int) and 1 <= priority <= 7):
         raise TransportError(f"zenoh priority must be an integer from 1 to 7, got {priority!r}")
@@ -106,6 +118,7 @@ def _options(extra: dict[str, Any]) -> dict[str, Any]:
         "congestion_control": congestion,
         "express": bool(extra.get("express", False)),
         "priority": priority,
+        "mode": mode,
     }
 
 
@@ -194,14 +207,18 @@ class ZenohClient:
                 f"cannot connect to zenoh at {self._where}: {_describe_oserror(exc)}"
             ) from None
         remaining = max(timeout - (time.monotonic() - started), 0.1)
-        config = zenoh.Config()
-        for key, value in (
-            ("mode", "client"),
+        peer = self._settings["mode"] == "peer"
+        settings: list[tuple[str, Any]] = [
+            ("mode", self._settings["mode"]),
             ("connect/endpoints", [self._locator]),
             ("connect/timeout_ms", max(int(remaining * 1000), 100)),
             ("scouting/multicast/enabled", False),
-            ("scouting/gossip/enabled", False),
-        ):
+            ("scouting/gossip/enabled", peer),
+        ]
+        if peer:
+            settings.append(("listen/endpoints", [f"tcp/{self._endpoint.host}:0"]))
+        config = zenoh.Config()
+        for key, value in settings:
             config.insert_json5(key, json.dumps(value))
         try:
             async with asyncio.timeout(remaining + 1.0):
@@ -216,6 +233,15 @@ class ZenohClient:
             ) from None
         self._session = session
         self._zid = str(session.zid())
+        if peer:
+            if not session.info.peers_zid():
+                await self._close_session()
+                raise TransportError(
+                    f"cannot connect to zenoh at {self._where}: no discovery peer in session"
+                )
+            self._connected = True
+            self._emit("connected", {"endpoint": self._where, "zid": self._zid, "mode": "peer"})
+            return
         self._router_up = bool(session.info.routers_zid())
         self._listener = session.info.declare_transport_events_listener(self._on_transport_event)
         if not self._router_up:

@@ -140,8 +140,13 @@ def run_scenario(
     argv: list[str],
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving)."""
+    """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
+
+    ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
+    ``calibration`` the CLI checked the cells against).
+    """
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
@@ -149,6 +154,7 @@ def run_scenario(
     result_dir = create_result_dir(out_root, scenario.name)
     manifest = Manifest(result_dir, scenario.model_dump(mode="json"), scenario_file, argv)
     manifest.data["scenario_input"] = scenario_data
+    manifest.data.update(manifest_extra or {})
     manifest.save()
     reporter.run_started(result_dir, cells)
     run_tag = secrets.token_hex(3)
