@@ -247,8 +247,9 @@ def test_reset_peer_makes_the_client_see_a_connection_reset_not_a_clean_eof(
         proxy.add_toxic(type="reset_peer", attributes={"timeout": 0})
         with pytest.raises(ConnectionResetError):
             live.recv(16)
-    # new connections are reset too while the toxic is present
-    with _connect(proxy) as fresh, pytest.raises(ConnectionResetError):
+    # new connections are reset too while the toxic is present (the RST can beat the
+    # client's own socket setup, so it may surface while connecting)
+    with pytest.raises(ConnectionResetError), _connect(proxy) as fresh:
         fresh.recv(16)
     proxy.destroy_toxic("reset_peer_downstream")
     with _connect(proxy) as healed:
@@ -525,8 +526,8 @@ def test_proxy_module_runs_as_a_process_that_serves_the_api_and_stops_on_sigterm
 # -- Toxiproxy 2.12.0 behaviour, measured on real sockets ----------------------------------
 #
 # These run against the built-in proxy and, when MQBENCH_TOXIPROXY_SERVER names a
-# toxiproxy-server 2.12.0 binary (`go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0`),
-# against the real Toxiproxy too, so the same assertions prove both behave alike.
+# toxiproxy-server 2.12.0 binary (docs/faults.md says how to build one), against the real
+# Toxiproxy too, so the same assertions show that both behave alike.
 
 TOXIPROXY_BIN_ENV = "MQBENCH_TOXIPROXY_SERVER"
 
