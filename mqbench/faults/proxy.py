@@ -34,7 +34,8 @@ from types import TracebackType
 from typing import Final
 
 from mqbench.errors import MqbenchError
-from mqbench.faults.api import TOXIPROXY_VERSION, HttpApiServer, ToxiproxyApi, version_text
+from mqbench.faults.api import TOXIPROXY_VERSION, ToxiproxyApi, version_text
+from mqbench.faults.api_server import HttpApiServer
 from mqbench.faults.tcp import ProxyRegistry
 
 READY_PREFIX: Final = "mqbench-proxy ready"

@@ -16,10 +16,9 @@ from mqbench.faults.api import (
     ApiResponse,
     RequestIds,
     ToxiproxyApi,
-    encode_response,
     go_json,
-    read_request,
 )
+from mqbench.faults.api_server import encode_response, read_request
 from mqbench.faults.client import (
     ProxyInfo,
     ToxiproxyClient,
