@@ -1,218 +1,191 @@
-"""The Toxiproxy HTTP API subset, served with asyncio streams (stdlib only).
+"""Toxiproxy 2.12.0's HTTP API as request -> response (``api_server`` puts it on HTTP).
 
-Routes (JSON bodies; errors are ``{"error": message, "status": code}``):
+Routes, as Toxiproxy 2.12.0 answers them (JSON written compactly, in Go's key order):
 
-    GET    /version                          200 text, e.g. ``mqbench-proxy/0.1.0``
-    GET    /proxies                          200 {name: proxy}
-    POST   /proxies                          201 proxy | 409 exists | 400 bad
-    POST   /populate                         201 {"proxies": [proxy, ...]}
+    GET    /version                          200 {"version": "2.12.0"}\\n
+    POST   /reset                            204
+    GET    /proxies                          200 {name: proxy}  (names sorted)
+    POST   /proxies                          201 proxy | 409 | 400
+    POST   /populate                         201 {"proxies": [proxy...] | null} | 400 | 500
     GET    /proxies/{p}                      200 proxy | 404
     POST   /proxies/{p}  (or PATCH)          200 proxy (listen, upstream, enabled)
-    DELETE /proxies/{p}                      204
-    GET    /proxies/{p}/toxics               200 [toxic, ...]
-    POST   /proxies/{p}/toxics               200 toxic | 409 exists | 400 bad | 404
+    DELETE /proxies/{p}                      204 | 404
+    GET    /proxies/{p}/toxics               200 [toxic...]  (upstream ones first)
+    POST   /proxies/{p}/toxics               200 toxic, every attribute filled in | 409 | 400
     GET    /proxies/{p}/toxics/{t}           200 toxic | 404
-    POST   /proxies/{p}/toxics/{t} (PATCH)   200 toxic (toxicity, attributes)
-    DELETE /proxies/{p}/toxics/{t}           204
-    POST   /reset                            204
-    GET    /proxies/{p}/events?since=N       200 [event, ...]   (mqbench extension)
-    GET    /proxies/{p}/connections          200 [conn, ...]    (mqbench extension)
-    GET    /events?since=N                   200 [event, ...]   (all proxies, also deleted)
+    POST   /proxies/{p}/toxics/{t} (PATCH)   200 toxic (attributes merged, toxicity)
+    DELETE /proxies/{p}/toxics/{t}           204 | 404
+    GET    /proxies/{p}/events?since=N       200 [event...]   (mqbench extension)
+    GET    /proxies/{p}/connections          200 [conn...]    (mqbench extension)
+    GET    /events?since=N                   200 [event...]   (mqbench extension)
 
-A proxy is ``{name, listen, upstream, enabled, toxics}``; a toxic is
-``{name, type, stream, toxicity, attributes}``. Every response closes the connection
-(``Connection: close``); requests must carry ``Content-Length`` when they have a body.
+A proxy is ``{name, listen, upstream, enabled, Logger, toxics}``; a toxic is
+``{attributes, name, type, stream, toxicity}``. Errors are ``{"error": msg, "status": code}``
+plus a newline, sent as ``text/plain; charset=utf-8`` (Go's ``http.Error``), except from
+``/populate``, which answers ``{"error", "status", "proxies"}`` as ``application/json``.
+
+As in Toxiproxy (gorilla/mux middleware), only a request that matches a route gets an
+``X-Toxiproxy-Request-Id`` header (a new 20-character xid every time, never the client's)
+and passes the browser check: a ``User-Agent`` starting with ``Mozilla/`` is refused with
+403 ``User agent not allowed``. A path no route knows answers 404 ``404 page not found``; a
+known path with another method answers 405 with an empty body. ``api_server`` adds
+``Server: mqbench-proxy/<version>`` to every answer (Toxiproxy sends no ``Server`` header;
+this is how ``ToxiproxyClient.is_builtin`` tells the two apart).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import itertools
 import json
-from collections.abc import Mapping
-from http import HTTPStatus
+import os
+import secrets
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from mqbench import __version__
-from mqbench.faults.tcp import ApiError, ProxyRegistry
-from mqbench.faults.toxics import ToxicError, toxic_from_json, validate_toxic
+from mqbench.faults.tcp import (
+    ApiError,
+    PopulateError,
+    ProxyRegistry,
+    ProxySpec,
+    ToxicProxy,
+    split_hostport,
+)
+from mqbench.faults.toxics import (
+    DOWNSTREAM,
+    ToxicError,
+    check_stream,
+    check_type,
+    validate_toxic,
+)
 
+TOXIPROXY_VERSION: Final = "2.12.0"
+"""The Toxiproxy release whose API and toxic semantics the built-in proxy follows."""
 SERVER_NAME: Final = "mqbench-proxy"
-"""Product token in ``/version`` and the ``Server`` header."""
-MAX_HEADER_BYTES: Final = 65536
-"""Largest request head accepted."""
-MAX_BODY_BYTES: Final = 1 << 20
-"""Largest request body accepted."""
-REQUEST_TIMEOUT_S: Final = 10.0
-"""How long a client may take to send its request."""
+"""Product token of the ``Server`` header (and of the process's ready line)."""
+REQUEST_ID_HEADER: Final = "X-Toxiproxy-Request-Id"
+"""Toxiproxy's request-id response header."""
+DEFAULT_LISTEN: Final = "127.0.0.1:0"
+"""Listen address of a proxy created without one (Toxiproxy: every interface)."""
 
-Response = tuple[int, Any]
-"""An HTTP status and a JSON-able body (None: no body; str: text/plain)."""
+_TEXT: Final = "text/plain; charset=utf-8"
+_JSON: Final = "application/json"
 
 
 def version_text() -> str:
-    """What ``GET /version`` answers."""
+    """mqbench's own product token, e.g. ``mqbench-proxy/0.1.0``."""
     return f"{SERVER_NAME}/{__version__}"
 
 
-def _body_object(body: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(body, Mapping):
-        raise ApiError(400, f"{what}: request body must be a JSON object")
-    return body
+def go_json(value: Any) -> bytes:
+    """``value`` as Go's ``json.Marshal`` writes it: compact, UTF-8, ``<>&`` escaped."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text.encode()
+
+
+class RequestIds:
+    """Request ids as Toxiproxy makes them (rs/xid): 12 bytes in 20 base32hex characters.
+
+    Time in seconds (4 bytes), a machine id (3), the process id (2), a counter that starts
+    at a random value (3); sortable by time, unique per server.
+    """
+
+    _ALPHABET: Final = "0123456789abcdefghijklmnopqrstuv"
+
+    def __init__(self) -> None:
+        """Draw the machine id and the counter's start."""
+        self._machine = zlib.crc32(socket.gethostname().encode()).to_bytes(4, "big")[1:]
+        self._pid = (os.getpid() & 0xFFFF).to_bytes(2, "big")
+        self._counter = itertools.count(secrets.randbits(24))
+
+    def new(self) -> str:
+        """A new id."""
+        raw = (
+            struct.pack(">I", int(time.time()) & 0xFFFFFFFF)
+            + self._machine
+            + self._pid
+            + (next(self._counter) & 0xFFFFFF).to_bytes(3, "big")
+        )
+        bits = int.from_bytes(raw, "big") << 4  # 96 bits -> 20 groups of 5
+        return "".join(self._ALPHABET[(bits >> (5 * (19 - i))) & 31] for i in range(20))
+
+
+@dataclass
+class ApiResponse:
+    """One answer: status, headers (in order) and body bytes."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body parsed as JSON (tests and tools)."""
+        return json.loads(self.body)
+
+
+def _json_response(status: int, value: Any, content_type: str = _JSON) -> ApiResponse:
+    return ApiResponse(status, {"Content-Type": content_type}, go_json(value))
+
+
+def error_response(status: int, message: str) -> ApiResponse:
+    """Toxiproxy's ``apiError``: JSON through Go's ``http.Error`` (text/plain + newline)."""
+    body = go_json({"error": message, "status": status}) + b"\n"
+    return ApiResponse(status, {"Content-Type": _TEXT, "X-Content-Type-Options": "nosniff"}, body)
+
+
+_NOT_FOUND = ApiResponse(
+    404, {"Content-Type": _TEXT, "X-Content-Type-Options": "nosniff"}, b"404 page not found\n"
+)
+_BROWSER = ApiResponse(
+    403, {"Content-Type": _TEXT, "X-Content-Type-Options": "nosniff"}, b"User agent not allowed\n"
+)
+
+Handler = Callable[[dict[str, str], Mapping[str, list[str]], bytes], Awaitable[ApiResponse]]
+"""``(path variables, query, body) -> response``."""
+
+
+def _decode(body: bytes) -> Any:
+    """The body as JSON; ``ApiError`` 400 ``bad request body: ...`` like Toxiproxy's decoder."""
+    if not body.strip():
+        raise ApiError(400, "bad request body: EOF")
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise ApiError(400, f"bad request body: {exc}") from None
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ApiError(400, f"bad request body: {what} must be a JSON object")
+    return value
 
 
 def _opt_str(body: Mapping[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value is not None and not isinstance(value, str):
-        raise ApiError(400, f"{key!r} must be a string")
+        raise ApiError(400, f"bad request body: {key!r} must be a string")
     return value
 
 
 def _opt_bool(body: Mapping[str, Any], key: str) -> bool | None:
     value = body.get(key)
     if value is not None and not isinstance(value, bool):
-        raise ApiError(400, f"{key!r} must be true or false")
+        raise ApiError(400, f"bad request body: {key!r} must be true or false")
     return value
-
-
-class ToxiproxyApi:
-    """Maps API requests onto a ``ProxyRegistry``; independent of the HTTP transport."""
-
-    def __init__(self, registry: ProxyRegistry) -> None:
-        """Serve ``registry``."""
-        self.registry = registry
-
-    async def handle(self, method: str, target: str, body: bytes) -> Response:
-        """Answer one request; ``target`` is the request path with its query string."""
-        try:
-            parts = urlsplit(target)
-            segments = [unquote(s) for s in parts.path.strip("/").split("/") if s]
-            query = parse_qs(parts.query)
-            payload: Any = None
-            if body:
-                try:
-                    payload = json.loads(body)
-                except ValueError as exc:
-                    raise ApiError(400, f"request body is not JSON: {exc}") from None
-            return await self._route(method.upper(), segments, query, payload)
-        except ToxicError as exc:
-            return 400, {"error": str(exc), "status": 400}
-        except ApiError as exc:
-            return exc.status, {"error": str(exc), "status": exc.status}
-
-    async def _route(
-        self, method: str, seg: list[str], query: Mapping[str, list[str]], body: Any
-    ) -> Response:
-        reg = self.registry
-        n = len(seg)
-        if seg == ["version"] and method == "GET":
-            return 200, version_text()
-        if seg == ["reset"] and method == "POST":
-            await reg.reset()
-            return 204, None
-        if seg == ["events"] and method == "GET":
-            return 200, reg.log.events(None, _since(query))
-        if seg == ["populate"] and method == "POST":
-            return 201, {"proxies": await self._populate(body)}
-        if n >= 1 and seg[0] == "proxies":
-            if n == 1:
-                if method == "GET":
-                    return 200, {name: p.to_json() for name, p in reg.proxies.items()}
-                if method == "POST":
-                    return 201, (await self._create(body)).to_json()
-            elif n == 2:
-                if method == "GET":
-                    return 200, reg.get(seg[1]).to_json()
-                if method in ("POST", "PATCH"):
-                    return 200, await self._update_proxy(seg[1], body)
-                if method == "DELETE":
-                    await reg.delete(seg[1])
-                    return 204, None
-            elif n == 3 and seg[2] == "events" and method == "GET":
-                reg.get(seg[1])
-                return 200, reg.log.events(seg[1], _since(query))
-            elif n == 3 and seg[2] == "connections" and method == "GET":
-                return 200, reg.get(seg[1]).connections
-            elif n == 3 and seg[2] == "toxics":
-                proxy = reg.get(seg[1])
-                if method == "GET":
-                    return 200, [t.to_json() for t in proxy.toxics.values()]
-                if method == "POST":
-                    return 200, proxy.add_toxic(toxic_from_json(body)).to_json()
-            elif n == 4 and seg[2] == "toxics":
-                proxy = reg.get(seg[1])
-                if method == "GET":
-                    return 200, proxy.get_toxic(seg[3]).to_json()
-                if method in ("POST", "PATCH"):
-                    return 200, self._update_toxic(seg[1], seg[3], body)
-                if method == "DELETE":
-                    proxy.remove_toxic(seg[3])
-                    return 204, None
-            else:
-                raise ApiError(404, f"no such resource: /{'/'.join(seg)}")
-            raise ApiError(405, f"{method} is not allowed on /{'/'.join(seg)}")
-        raise ApiError(404, f"no such resource: /{'/'.join(seg)}")
-
-    async def _create(self, body: Any) -> Any:
-        obj = _body_object(body, "create proxy")
-        name = _opt_str(obj, "name")
-        upstream = _opt_str(obj, "upstream")
-        if not name or not upstream:
-            raise ApiError(400, "create proxy: 'name' and 'upstream' are required")
-        listen = _opt_str(obj, "listen") or "127.0.0.1:0"
-        enabled = _opt_bool(obj, "enabled")
-        return await self.registry.create(
-            name, listen, upstream, enabled=True if enabled is None else enabled
-        )
-
-    async def _update_proxy(self, name: str, body: Any) -> Any:
-        obj = _body_object(body, "update proxy")
-        proxy = self.registry.get(name)
-        await proxy.update(
-            listen=_opt_str(obj, "listen"),
-            upstream=_opt_str(obj, "upstream"),
-            enabled=_opt_bool(obj, "enabled"),
-        )
-        return proxy.to_json()
-
-    def _update_toxic(self, proxy_name: str, toxic_name: str, body: Any) -> Any:
-        obj = _body_object(body, "update toxic")
-        proxy = self.registry.get(proxy_name)
-        old = proxy.get_toxic(toxic_name)
-        attributes = dict(old.attributes)
-        new_attributes = obj.get("attributes") or {}
-        if not isinstance(new_attributes, Mapping):
-            raise ApiError(400, "toxic attributes must be a JSON object")
-        attributes.update(new_attributes)
-        toxic = validate_toxic(
-            old.type,
-            attributes,
-            stream=obj.get("stream", old.stream),
-            toxicity=obj.get("toxicity", old.toxicity),
-            name=toxic_name,
-        )
-        if toxic.stream != old.stream:
-            raise ApiError(400, f"toxic {toxic_name!r}: the stream of a toxic cannot change")
-        return proxy.update_toxic(toxic_name, toxic).to_json()
-
-    async def _populate(self, body: Any) -> list[Any]:
-        if not isinstance(body, list):
-            raise ApiError(400, "populate: request body must be a JSON list of proxies")
-        created = []
-        for item in body:
-            obj = _body_object(item, "populate")
-            name = _opt_str(obj, "name")
-            existing = self.registry.proxies.get(name or "")
-            if existing is not None and (
-                existing.upstream != obj.get("upstream")
-                or obj.get("listen") not in (None, existing.listen)
-            ):
-                await self.registry.delete(existing.name)
-                existing = None
-            proxy = existing or await self._create(obj)
-            created.append(proxy.to_json())
-        return created
 
 
 def _since(query: Mapping[str, list[str]]) -> int:
@@ -223,87 +196,260 @@ def _since(query: Mapping[str, list[str]]) -> int:
         raise ApiError(400, f"'since' must be an integer, got {values[-1]!r}") from None
 
 
-def encode_response(status: int, body: Any) -> bytes:
-    """An HTTP/1.1 response with ``Connection: close`` for ``(status, body)``."""
-    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
-    if body is None or status == 204:
-        payload, ctype = b"", None
-    elif isinstance(body, str):
-        payload, ctype = body.encode(), "text/plain; charset=utf-8"
-    else:
-        payload, ctype = json.dumps(body).encode(), "application/json"
-    head = [f"HTTP/1.1 {status} {reason}", f"Server: {SERVER_NAME}", "Connection: close"]
-    if ctype is not None:
-        head.append(f"Content-Type: {ctype}")
-    if status != 204:
-        head.append(f"Content-Length: {len(payload)}")
-    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
+def _toxic_error(exc: ToxicError) -> ApiError:
+    """A rejected toxic as Toxiproxy words it (its own text where it checks the same thing)."""
+    if exc.problem == "stream":
+        return ApiError(400, "stream was invalid, can be either upstream or downstream")
+    if exc.problem == "type":
+        return ApiError(400, "invalid toxic type")
+    return ApiError(400, f"bad request body: {exc}")
 
 
-async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
-    """Read one request: ``(method, target, body)``; ``ApiError`` 400/411/413 when bad."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        raise ApiError(413, "request head too large") from None
-    lines = head.decode("latin-1").split("\r\n")
-    request_line = lines[0].split()
-    if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
-        raise ApiError(400, f"bad request line: {lines[0][:100]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if line:
-            key, _, value = line.partition(":")
-            headers[key.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        raise ApiError(411, "chunked bodies are not supported; send Content-Length")
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        raise ApiError(400, "bad Content-Length") from None
-    if length < 0 or length > MAX_BODY_BYTES:
-        raise ApiError(413, f"request body must be 0..{MAX_BODY_BYTES} bytes")
-    body = await reader.readexactly(length) if length else b""
-    return request_line[0], request_line[1], body
+class ToxiproxyApi:
+    """Maps API requests onto a ``ProxyRegistry``; independent of the HTTP transport."""
 
+    def __init__(self, registry: ProxyRegistry) -> None:
+        """Serve ``registry``."""
+        self.registry = registry
+        self.request_ids = RequestIds()
+        self._routes: list[tuple[tuple[str, ...], dict[str, Handler]]] = [
+            (("version",), {"GET": self._version}),
+            (("reset",), {"POST": self._reset}),
+            (("proxies",), {"GET": self._proxy_index, "POST": self._proxy_create}),
+            (("populate",), {"POST": self._populate}),
+            (
+                ("proxies", "{proxy}"),
+                {
+                    "GET": self._proxy_show,
+                    "POST": self._proxy_update,
+                    "PATCH": self._proxy_update,
+                    "DELETE": self._proxy_delete,
+                },
+            ),
+            (
+                ("proxies", "{proxy}", "toxics"),
+                {"GET": self._toxic_index, "POST": self._toxic_create},
+            ),
+            (
+                ("proxies", "{proxy}", "toxics", "{toxic}"),
+                {
+                    "GET": self._toxic_show,
+                    "POST": self._toxic_update,
+                    "PATCH": self._toxic_update,
+                    "DELETE": self._toxic_delete,
+                },
+            ),
+            (("events",), {"GET": self._events}),
+            (("proxies", "{proxy}", "events"), {"GET": self._proxy_events}),
+            (("proxies", "{proxy}", "connections"), {"GET": self._connections}),
+        ]
 
-class HttpApiServer:
-    """The API over HTTP/1.1 on one TCP address (one request per connection)."""
-
-    def __init__(self, api: ToxiproxyApi) -> None:
-        """Serve ``api`` once started."""
-        self.api = api
-        self._server: asyncio.Server | None = None
-        self.host = ""
-        self.port = 0
-
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port`` (port 0: any free port; see ``port`` afterwards)."""
-        self._server = await asyncio.start_server(
-            self._serve, host, port, limit=MAX_HEADER_BYTES, reuse_address=True
-        )
-        bound = self._server.sockets[0].getsockname()
-        self.host, self.port = str(bound[0]), int(bound[1])
-
-    async def stop(self) -> None:
-        """Stop listening."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+    async def handle(
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> ApiResponse:
+        """Answer one request; ``target`` is the path with its query, ``headers`` lower-case."""
+        parts = urlsplit(target)
+        segments = unquote(parts.path).split("/")
+        if not segments or segments[0] != "":
+            return _copy(_NOT_FOUND)
+        found = self._match(segments[1:])
+        if found is None:
+            return _copy(_NOT_FOUND)
+        methods, variables = found
+        handler = methods.get(method)
+        if handler is None:
+            return ApiResponse(405)
+        request_id = {REQUEST_ID_HEADER: self.request_ids.new()}
+        user_agent = (headers or {}).get("user-agent", "")
+        if user_agent.startswith("Mozilla/"):
+            response = _copy(_BROWSER)
+        else:
             try:
-                method, target, body = await asyncio.wait_for(
-                    read_request(reader), REQUEST_TIMEOUT_S
-                )
-                status, payload = await self.api.handle(method, target, body)
+                response = await handler(variables, parse_qs(parts.query), body)
             except ApiError as exc:
-                status, payload = exc.status, {"error": str(exc), "status": exc.status}
-            except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
-                return
-            writer.write(encode_response(status, payload))
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
-        finally:
-            writer.close()
+                response = error_response(exc.status, str(exc))
+        response.headers.update(request_id)
+        return response
+
+    def _match(self, segments: list[str]) -> tuple[dict[str, Handler], dict[str, str]] | None:
+        for pattern, methods in self._routes:
+            if len(pattern) != len(segments):
+                continue
+            variables: dict[str, str] = {}
+            for want, got in zip(pattern, segments, strict=True):
+                if want.startswith("{"):
+                    if not got:
+                        break
+                    variables[want.strip("{}")] = got
+                elif want != got:
+                    break
+            else:
+                return methods, variables
+        return None
+
+    # -- server -------------------------------------------------------------------------
+
+    async def _version(self, _v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        body = f'{{"version": "{TOXIPROXY_VERSION}"}}\n'.encode()
+        return ApiResponse(200, {"Content-Type": "application/json;charset=utf-8"}, body)
+
+    async def _reset(self, _v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        await self.registry.reset()
+        return ApiResponse(204)
+
+    async def _events(self, _v: dict[str, str], query: Any, _b: bytes) -> ApiResponse:
+        return _json_response(200, self.registry.log.events(None, _since(query)))
+
+    # -- proxies ------------------------------------------------------------------------
+
+    async def _proxy_index(self, _v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        proxies = self.registry.proxies
+        return _json_response(200, {name: proxies[name].to_json() for name in sorted(proxies)})
+
+    async def _proxy_create(self, _v: dict[str, str], _q: Any, body: bytes) -> ApiResponse:
+        spec = _proxy_spec(_decode(body), None)
+        proxy = await self.registry.create(
+            spec.name, spec.listen, spec.upstream, enabled=spec.enabled
+        )
+        return _json_response(201, proxy.to_json())
+
+    async def _proxy_show(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        return _json_response(200, self.registry.get(v["proxy"]).to_json())
+
+    async def _proxy_update(self, v: dict[str, str], _q: Any, body: bytes) -> ApiResponse:
+        proxy = self.registry.get(v["proxy"])
+        obj = _object(_decode(body), "a proxy")
+        await proxy.update(
+            listen=_opt_str(obj, "listen"),
+            upstream=_opt_str(obj, "upstream"),
+            enabled=_opt_bool(obj, "enabled"),
+        )
+        return _json_response(200, proxy.to_json())
+
+    async def _proxy_delete(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        await self.registry.delete(v["proxy"])
+        return ApiResponse(204)
+
+    async def _populate(self, _v: dict[str, str], _q: Any, body: bytes) -> ApiResponse:
+        """Toxiproxy's populate: every entry checked before anything changes."""
+        try:
+            entries = _decode(body)
+            if not isinstance(entries, list):
+                raise ApiError(400, "bad request body: populate expects a JSON list of proxies")
+            specs = [_proxy_spec(entry, i + 1) for i, entry in enumerate(entries)]
+        except ApiError as exc:
+            return _populate_response(exc.status, [], str(exc))
+        try:
+            proxies = await self.registry.populate(specs)
+        except PopulateError as exc:
+            return _populate_response(exc.status, exc.proxies, str(exc))
+        return _populate_response(201, proxies)
+
+    async def _proxy_events(self, v: dict[str, str], query: Any, _b: bytes) -> ApiResponse:
+        self.registry.get(v["proxy"])
+        return _json_response(200, self.registry.log.events(v["proxy"], _since(query)))
+
+    async def _connections(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        return _json_response(200, self.registry.get(v["proxy"]).connections)
+
+    # -- toxics -------------------------------------------------------------------------
+
+    async def _toxic_index(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        proxy = self.registry.get(v["proxy"])
+        return _json_response(200, [t.to_json() for t in proxy.ordered_toxics()])
+
+    async def _toxic_create(self, v: dict[str, str], _q: Any, body: bytes) -> ApiResponse:
+        """Checked in Toxiproxy's order: body, stream, type, name taken, attributes."""
+        proxy = self.registry.get(v["proxy"])
+        obj = _object(_decode(body), "a toxic")
+        try:
+            stream = check_stream(_or(obj.get("stream"), DOWNSTREAM))
+            name = obj.get("name") or f"{obj.get('type')}_{stream}"
+            check_type(obj.get("type"))
+            if isinstance(name, str) and name in proxy.toxics:
+                raise ApiError(409, "toxic already exists")
+            unknown = set(obj) - {"name", "type", "stream", "toxicity", "attributes"}
+            if unknown:
+                raise ToxicError(f"toxic has unknown field(s): {', '.join(sorted(unknown))}")
+            attributes = obj.get("attributes") or {}
+            if not isinstance(attributes, Mapping):
+                raise ToxicError("toxic attributes must be a JSON object", "attribute")
+            toxicity = _or(obj.get("toxicity"), 1.0)
+            toxic = validate_toxic(
+                obj.get("type"), attributes, stream=stream, toxicity=toxicity, name=name
+            )
+        except ToxicError as exc:
+            raise _toxic_error(exc) from None
+        return _json_response(200, proxy.add_toxic(toxic).to_json())
+
+    async def _toxic_show(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        proxy = self.registry.get(v["proxy"])
+        return _json_response(200, proxy.get_toxic(v["toxic"]).to_json())
+
+    async def _toxic_update(self, v: dict[str, str], _q: Any, body: bytes) -> ApiResponse:
+        """Toxiproxy reads only ``attributes`` (merged) and ``toxicity``; the rest is ignored."""
+        proxy = self.registry.get(v["proxy"])
+        old = proxy.get_toxic(v["toxic"])
+        obj = _object(_decode(body), "a toxic")
+        new_attributes = obj.get("attributes") or {}
+        try:
+            if not isinstance(new_attributes, Mapping):
+                raise ToxicError("toxic attributes must be a JSON object", "attribute")
+            toxic = validate_toxic(
+                old.type,
+                {**old.attributes, **new_attributes},
+                stream=old.stream,
+                toxicity=_or(obj.get("toxicity"), old.toxicity),
+                name=old.name,
+            )
+        except ToxicError as exc:
+            raise _toxic_error(exc) from None
+        return _json_response(200, proxy.update_toxic(old.name, toxic).to_json())
+
+    async def _toxic_delete(self, v: dict[str, str], _q: Any, _b: bytes) -> ApiResponse:
+        self.registry.get(v["proxy"]).remove_toxic(v["toxic"])
+        return ApiResponse(204)
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``default`` for a JSON null or a missing key (Go leaves the field at its default)."""
+    return default if value is None else value
+
+
+def _copy(response: ApiResponse) -> ApiResponse:
+    return ApiResponse(response.status, dict(response.headers), response.body)
+
+
+def _proxy_spec(entry: Any, position: int | None) -> ProxySpec:
+    """A proxy given as JSON, checked; ``position`` (1-based) for populate's messages."""
+    where = f" at proxy {position}" if position is not None else ""
+    obj = _object(entry, "a proxy")
+    name = _opt_str(obj, "name")
+    upstream = _opt_str(obj, "upstream")
+    if not name:
+        raise ApiError(400, f"missing required field: name{where}")
+    if not upstream:
+        raise ApiError(400, f"missing required field: upstream{where}")
+    if "/" in name:
+        raise ApiError(400, f"bad request body: proxy name must not contain '/'{where}")
+    listen = _opt_str(obj, "listen") or DEFAULT_LISTEN
+    enabled = _opt_bool(obj, "enabled")
+    try:
+        split_hostport(listen)
+        split_hostport(upstream)
+    except ApiError as exc:
+        raise ApiError(400, f"bad request body: {exc}{where}") from None
+    return ProxySpec(name, listen, upstream, True if enabled is None else enabled)
+
+
+def _populate_response(
+    status: int, proxies: list[ToxicProxy], error: str | None = None
+) -> ApiResponse:
+    """``{"error", "status", "proxies"}`` (error fields only on failure; no proxies: null)."""
+    body: dict[str, Any] = {} if error is None else {"error": error, "status": status}
+    body["proxies"] = [p.to_json() for p in proxies] or None
+    return _json_response(status, body)

@@ -124,13 +124,20 @@ class ToxiproxyClient:
     # -- transport ----------------------------------------------------------------------
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        status, raw, _ = self._exchange(method, path, body)
+        return status, raw
+
+    def _exchange(
+        self, method: str, path: str, body: Any = None
+    ) -> tuple[int, bytes, dict[str, str]]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
             with self._opener.open(request, timeout=self.timeout_s) as response:
-                return int(response.status), bytes(response.read())
+                headers = {k.lower(): v for k, v in response.headers.items()}
+                return int(response.status), bytes(response.read()), headers
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             exc.close()
@@ -166,7 +173,10 @@ class ToxiproxyClient:
     # -- server -------------------------------------------------------------------------
 
     def version(self) -> str:
-        """The server's version string (``ToxiproxyUnreachable`` when it does not answer)."""
+        """The server's version, e.g. ``2.12.0`` (``ToxiproxyUnreachable`` if it is silent).
+
+        Toxiproxy 2.7+ answers ``{"version": "..."}``, older ones the bare text; both work.
+        """
         _, raw = self._request("GET", "/version")
         text = raw.decode("utf-8", "replace").strip()
         try:
@@ -182,8 +192,12 @@ class ToxiproxyClient:
         return self.version()
 
     def is_builtin(self) -> bool:
-        """True when the server is mqbench's own proxy (it has the event log)."""
-        return self.version().startswith("mqbench-proxy")
+        """True when the server is mqbench's own proxy (it has the event log).
+
+        Both answer ``/version`` alike; the built-in one adds ``Server: mqbench-proxy/...``.
+        """
+        _, _, headers = self._exchange("GET", "/version")
+        return headers.get("server", "").startswith("mqbench-proxy/")
 
     def reset(self) -> None:
         """Enable every proxy and remove every toxic."""

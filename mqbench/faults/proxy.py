@@ -9,7 +9,7 @@ Three ways to run it:
 * in a thread of its own: ``with ProxyServerThread() as server: server.url`` ...;
 * as a process: ``python -m mqbench.faults.proxy --api-port 8474`` prints one ready line
 
-      mqbench-proxy ready url=http://127.0.0.1:8474 version=mqbench-proxy/0.1.0
+      mqbench-proxy ready url=http://127.0.0.1:8474 version=mqbench-proxy/0.1.0 toxiproxy=2.12.0 ...
 
   (flushed) and serves until SIGTERM or SIGINT, then closes every proxy and exits 0.
   ``start_proxy_process`` starts it and waits for that line.
@@ -34,7 +34,8 @@ from types import TracebackType
 from typing import Final
 
 from mqbench.errors import MqbenchError
-from mqbench.faults.api import HttpApiServer, ToxiproxyApi, version_text
+from mqbench.faults.api import TOXIPROXY_VERSION, ToxiproxyApi, version_text
+from mqbench.faults.api_server import HttpApiServer
 from mqbench.faults.tcp import ProxyRegistry
 
 READY_PREFIX: Final = "mqbench-proxy ready"
@@ -246,7 +247,11 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    print(f"{READY_PREFIX} url={url} version={version_text()} pid={os.getpid()}", flush=True)
+    print(
+        f"{READY_PREFIX} url={url} version={version_text()} toxiproxy={TOXIPROXY_VERSION}"
+        f" pid={os.getpid()}",
+        flush=True,
+    )
     try:
         await stop.wait()
     finally:

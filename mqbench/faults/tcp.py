@@ -2,12 +2,13 @@
 
 A ``ToxicProxy`` listens on one address and forwards every accepted connection (a *link*)
 to its upstream. Each link runs two streams: ``upstream`` (client -> server) and
-``downstream`` (server -> client). Per stream a reader task stamps chunks with their arrival
-time and a writer task applies the proxy's toxics in the order they were added, so latency
-counts from arrival and chunk order is kept. ``timeout`` and ``reset_peer`` act on links by
+``downstream`` (server -> client). Per stream a reader task stamps chunks with the time they
+were read and puts them into the stream's pipeline (``mqbench.faults.pipeline``): one stage
+per toxic, in the order the toxics were added, as Toxiproxy chains them; a writer task
+drains the pipeline into the other socket. ``timeout`` and ``reset_peer`` act on links by
 timers started when the toxic reaches the link (added to an existing link, or a new link
 accepted while the toxic is present). Every toxic is rolled once per link against its
-``toxicity``.
+``toxicity`` (again when it is updated).
 
 ``ProxyRegistry`` holds the proxies of one server and one ``EventLog`` of what happened
 (proxy created/enabled/disabled/deleted, toxic added/updated/removed, connection opened,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import random
 import socket
@@ -31,27 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mqbench.errors import MqbenchError
-from mqbench.faults.toxics import (
-    DOWNSTREAM,
-    STREAMS,
-    UPSTREAM,
-    BandwidthPacer,
-    LatencyShaper,
-    LimitCounter,
-    Toxic,
-    rolls_affected,
-)
+from mqbench.faults.pipeline import EOF, Chunk, End, Pipeline, Stage, make_stage
+from mqbench.faults.toxics import DOWNSTREAM, STREAMS, UPSTREAM, Toxic, rolls_affected
 
 READ_CHUNK: Final = 65536
 """Bytes read per socket read."""
-QUEUE_CHUNKS: Final = 256
-"""Chunks buffered per stream between reader and writer (back-pressure beyond)."""
 UPSTREAM_CONNECT_TIMEOUT_S: Final = 5.0
 """How long a link waits for its upstream to accept."""
 EVENT_LOG_SIZE: Final = 200_000
 """Events kept per server (oldest dropped first; ``EventLog.dropped`` counts them)."""
-
-_EOF: Final = object()
 
 
 class ApiError(MqbenchError):
@@ -74,6 +64,38 @@ def split_hostport(address: str) -> tuple[str, int]:
 
 def _join_hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def resolve_listen(address: str) -> str:
+    """``address`` as a bound listener would show it: IPs normalised, ``localhost`` = 127.0.0.1.
+
+    Other host names are kept as written (resolving them would need DNS).
+    """
+    host, port = split_hostport(address)
+    if host == "localhost":
+        host = "127.0.0.1"
+    with contextlib.suppress(ValueError):
+        host = str(ipaddress.ip_address(host))
+    return _join_hostport(host, port)
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """One proxy of a ``/populate`` request, validated."""
+
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool = True
+
+
+class PopulateError(ApiError):
+    """``/populate`` stopped at a proxy that could not start; ``proxies`` were done before."""
+
+    def __init__(self, status: int, message: str, proxies: list[ToxicProxy]) -> None:
+        """Fail with ``status`` after ``proxies`` were created or kept."""
+        super().__init__(status, message)
+        self.proxies = proxies
 
 
 class EventLog:
@@ -105,14 +127,16 @@ class EventLog:
 
 @dataclass
 class _ToxicState:
-    """One toxic as it applies to one link."""
+    """One toxic as it applies to one link: its pipeline stage and, for timers, the timer."""
 
     toxic: Toxic
-    affected: bool
-    shaper: LatencyShaper | None = None
-    pacer: BandwidthPacer | None = None
-    counter: LimitCounter | None = None
+    stage: Stage
     timer: asyncio.Task[None] | None = None
+
+    @property
+    def affected(self) -> bool:
+        """Whether the toxicity roll made this toxic act on the link."""
+        return self.stage.affected
 
 
 @dataclass
@@ -133,13 +157,16 @@ def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
 
 @dataclass
 class Link:
-    """One proxied connection: the client side, the upstream side, its toxic states."""
+    """One proxied connection: the client side, the upstream side, one pipeline per stream."""
 
     proxy: ToxicProxy
     conn_id: int
     client: _Side
     client_addr: str
     upstream: _Side | None = None
+    pipelines: dict[str, Pipeline] = field(
+        default_factory=lambda: {s: Pipeline(s) for s in STREAMS}
+    )
     states: dict[str, _ToxicState] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=lambda: {UPSTREAM: 0, DOWNSTREAM: 0})
@@ -148,131 +175,107 @@ class Link:
 
     # -- toxics -------------------------------------------------------------------------
 
-    def activate(self, toxic: Toxic) -> bool:
-        """Apply ``toxic`` to this link from now on; return whether the link is affected."""
-        self.deactivate(toxic.name)
-        state = _ToxicState(toxic, rolls_affected(toxic.toxicity, self.proxy.rng))
+    def add_toxic(self, toxic: Toxic) -> bool:
+        """Put ``toxic`` at the end of its stream's pipeline; return whether it is affected."""
+        affected = rolls_affected(toxic.toxicity, self.proxy.rng)
+        pipeline = self.pipelines[toxic.stream]
+        state = _ToxicState(toxic, make_stage(pipeline, toxic, affected, self.proxy.rng))
         self.states[toxic.name] = state
-        if not state.affected:
-            return False
-        if toxic.type == "latency":
-            state.shaper = LatencyShaper(
-                toxic.attr("latency"), toxic.attr("jitter"), self.proxy.rng
-            )
-        elif toxic.type == "bandwidth":
-            state.pacer = BandwidthPacer(toxic.attr("rate"))
-        elif toxic.type == "limit_data":
-            state.counter = LimitCounter(toxic.attr("bytes"))
-        elif toxic.type == "reset_peer" or (toxic.type == "timeout" and toxic.attr("timeout") > 0):
-            delay = toxic.attr("timeout") / 1000.0
-            state.timer = asyncio.get_running_loop().create_task(self._fire(toxic, delay))
-        return True
+        pipeline.append(state.stage)
+        self._start_timer(state)
+        return affected
 
-    def deactivate(self, name: str) -> None:
-        """Stop applying the toxic called ``name`` to this link (its timer is cancelled)."""
+    def update_toxic(self, toxic: Toxic) -> bool:
+        """Replace toxic ``toxic.name`` in place (toxicity rolled again, timers restarted)."""
+        old = self.states.get(toxic.name)
+        if old is None:
+            return self.add_toxic(toxic)
+        if old.timer is not None:
+            old.timer.cancel()
+        affected = rolls_affected(toxic.toxicity, self.proxy.rng)
+        pipeline = self.pipelines[toxic.stream]
+        stage = make_stage(pipeline, toxic, affected, self.proxy.rng, replaces=old.stage)
+        state = _ToxicState(toxic, stage)
+        self.states[toxic.name] = state
+        pipeline.replace(old.stage, stage)
+        self._start_timer(state)
+        return affected
+
+    def remove_toxic(self, name: str) -> None:
+        """Take toxic ``name`` out of its pipeline (what it holds goes on; timer cancelled)."""
         state = self.states.pop(name, None)
-        if state is not None and state.timer is not None:
+        if state is None:
+            return
+        if state.timer is not None:
             state.timer.cancel()
+        self.pipelines[state.toxic.stream].remove(state.stage)
 
-    async def _fire(self, toxic: Toxic, delay: float) -> None:
+    def _start_timer(self, state: _ToxicState) -> None:
+        toxic = state.toxic
+        if not state.affected:
+            return
+        if toxic.type == "reset_peer" or (toxic.type == "timeout" and toxic.attr("timeout") > 0):
+            delay = toxic.attr("timeout") / 1000.0
+            state.timer = asyncio.get_running_loop().create_task(self._fire(state, delay))
+
+    async def _fire(self, state: _ToxicState, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
-        state = self.states.get(toxic.name)
-        if self.closed or state is None or state.toxic is not toxic:
+        toxic = state.toxic
+        if self.closed or self.states.get(toxic.name) is not state:
             return
         if toxic.type == "reset_peer":
             self.finish("reset_peer", rst_stream=toxic.stream, toxic=toxic.name)
         else:
             self.finish("timeout", toxic=toxic.name)
 
-    def _active(self, stream: str) -> list[_ToxicState]:
-        return [
-            s
-            for s in self.states.values()
-            if s.affected
-            and s.toxic.stream == stream
-            and self.proxy.toxics.get(s.toxic.name) is s.toxic
-        ]
-
     # -- data path ----------------------------------------------------------------------
 
     def start(self, upstream: _Side) -> None:
-        """Attach the upstream connection and start the four pump tasks."""
+        """Attach the upstream connection and start the reader and writer of each stream."""
         self.upstream = upstream
         loop = asyncio.get_running_loop()
         for stream, src, dst in (
             (UPSTREAM, self.client, upstream),
             (DOWNSTREAM, upstream, self.client),
         ):
-            queue: asyncio.Queue[object] = asyncio.Queue(QUEUE_CHUNKS)
-            self.tasks.append(loop.create_task(self._read(stream, src, queue)))
-            self.tasks.append(loop.create_task(self._write(stream, queue, dst)))
+            pipeline = self.pipelines[stream]
+            self.tasks.append(loop.create_task(self._read(stream, src, pipeline)))
+            self.tasks.append(loop.create_task(self._write(stream, pipeline, dst)))
 
-    async def _read(self, stream: str, src: _Side, queue: asyncio.Queue[object]) -> None:
+    async def _read(self, stream: str, src: _Side, pipeline: Pipeline) -> None:
+        budget = pipeline.budget
         try:
             while True:
+                await budget.wait()
                 data = await src.reader.read(READ_CHUNK)
                 if not data:
                     break
-                await queue.put((time.monotonic(), data))
+                budget.take(len(data))
+                pipeline.entry().put_nowait(Chunk(data, time.monotonic()))
         except (ConnectionError, OSError) as exc:
             side = "client" if stream == UPSTREAM else "upstream"
             self.finish(f"{side}_error", detail=f"{type(exc).__name__}: {exc}")
             return
-        await queue.put(_EOF)
+        pipeline.entry().put_nowait(EOF)
 
-    async def _write(self, stream: str, queue: asyncio.Queue[object], dst: _Side) -> None:
+    async def _write(self, stream: str, pipeline: Pipeline, dst: _Side) -> None:
         try:
             while True:
-                item = await queue.get()
-                if item is _EOF:
-                    self._half_close(stream, dst)
+                item = await pipeline.sink.get()
+                if isinstance(item, End):
+                    if item.reason == EOF.reason:
+                        self._half_close(stream, dst)
+                    else:
+                        self.finish(item.reason, toxic=item.toxic)
                     return
-                assert isinstance(item, tuple)
-                arrival, data = item
-                if not await self._pass(stream, arrival, data, dst):
-                    return
+                dst.writer.write(item.data)
+                self.sent[stream] += len(item.data)
+                await dst.writer.drain()
+                pipeline.budget.give(len(item.data))
         except (ConnectionError, OSError) as exc:
             side = "upstream" if stream == UPSTREAM else "client"
             self.finish(f"{side}_error", detail=f"{type(exc).__name__}: {exc}")
-
-    async def _pass(self, stream: str, arrival: float, data: bytes, dst: _Side) -> bool:
-        """Send one chunk through the stream's toxics; False when the link was closed."""
-        pacers: list[BandwidthPacer] = []
-        limit_hit: str | None = None
-        for state in self._active(stream):
-            kind = state.toxic.type
-            if kind == "timeout":
-                return True  # the chunk is dropped
-            if state.shaper is not None:
-                wait = state.shaper.release_at(arrival) - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-            elif state.counter is not None:
-                data, reached = state.counter.take(data)
-                if reached:
-                    limit_hit = state.toxic.name
-            elif state.pacer is not None and not state.pacer.unlimited:
-                pacers.append(state.pacer)
-        if self.closed:
-            return False
-        if pacers:
-            pacer = min(pacers, key=lambda p: p.bytes_per_s)
-            for piece in pacer.pieces(data):
-                wait = pacer.slot(len(piece), time.monotonic()) - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                dst.writer.write(piece)
-                self.sent[stream] += len(piece)
-                await dst.writer.drain()
-        elif data:
-            dst.writer.write(data)
-            self.sent[stream] += len(data)
-            await dst.writer.drain()
-        if limit_hit is not None:
-            self.finish("limit_data", toxic=limit_hit)
-            return False
-        return True
 
     def _half_close(self, stream: str, dst: _Side) -> None:
         """The stream's source sent EOF: pass it on; when both have, close the link."""
@@ -300,6 +303,8 @@ class Link:
         for task in self.tasks:
             if task is not current:
                 task.cancel()
+        for pipeline in self.pipelines.values():
+            pipeline.stop()
         for state in self.states.values():
             if state.timer is not None and state.timer is not current:
                 state.timer.cancel()
@@ -359,14 +364,31 @@ class ToxicProxy:
         self._handlers: set[asyncio.Task[Any]] = set()
 
     def to_json(self) -> dict[str, Any]:
-        """The API's JSON shape: ``{name, listen, upstream, enabled, toxics}``."""
+        """Toxiproxy 2.12.0's JSON shape and key order for a proxy.
+
+        ``{name, listen, upstream, enabled, Logger, toxics}``: ``"Logger": {}`` is what
+        Toxiproxy 2.12.0 writes for its (untagged) logger field, kept so the bodies match.
+        """
         return {
             "name": self.name,
             "listen": self.listen,
             "upstream": self.upstream,
             "enabled": self.enabled,
-            "toxics": [t.to_json() for t in self.toxics.values()],
+            "Logger": {},
+            "toxics": [t.to_json() for t in self.ordered_toxics()],
         }
+
+    def ordered_toxics(self) -> list[Toxic]:
+        """The toxics as Toxiproxy lists them: upstream ones first, each stream in chain order."""
+        return [t for stream in STREAMS for t in self.toxics.values() if t.stream == stream]
+
+    def differs(self, listen: str, upstream: str) -> bool:
+        """Whether ``listen``/``upstream`` name another proxy than this one (Toxiproxy's test).
+
+        ``listen`` is compared after resolution (``localhost`` is 127.0.0.1), so a port 0
+        never matches a proxy that has bound a port.
+        """
+        return resolve_listen(listen) != self.listen or upstream != self.upstream
 
     @property
     def connections(self) -> list[dict[str, Any]]:
@@ -449,28 +471,33 @@ class ToxicProxy:
     # -- toxics -------------------------------------------------------------------------
 
     def add_toxic(self, toxic: Toxic) -> Toxic:
-        """Add a toxic (``ApiError`` 409 when the name is taken); it hits live links now."""
+        """Add a toxic at the end of its stream's chain (409 when the name is taken).
+
+        It reaches every live link at once.
+        """
         if toxic.name in self.toxics:
-            raise ApiError(409, f"toxic {toxic.name!r} already exists on proxy {self.name!r}")
+            raise ApiError(409, "toxic already exists")
         self.toxics[toxic.name] = toxic
-        self._announce("toxic_added", toxic, self._activate_all(toxic))
+        hit = [link for link in self._started_links() if link.add_toxic(toxic)]
+        self._announce("toxic_added", toxic, hit)
         return toxic
 
     def update_toxic(self, name: str, toxic: Toxic) -> Toxic:
-        """Replace toxic ``name`` (same name and type); live links restart its state."""
+        """Replace toxic ``name`` in place (same name, type and stream) on every live link."""
         old = self.get_toxic(name)
-        if toxic.type != old.type or toxic.name != name:
-            raise ApiError(400, f"toxic {name!r}: the name and type of a toxic cannot change")
+        if toxic.type != old.type or toxic.name != name or toxic.stream != old.stream:
+            raise ApiError(400, f"toxic {name!r}: its name, type and stream cannot change")
         self.toxics[name] = toxic
-        self._announce("toxic_updated", toxic, self._activate_all(toxic))
+        hit = [link for link in self._started_links() if link.update_toxic(toxic)]
+        self._announce("toxic_updated", toxic, hit)
         return toxic
 
     def remove_toxic(self, name: str) -> None:
         """Remove toxic ``name`` (``ApiError`` 404 when missing); links stop applying it."""
         toxic = self.get_toxic(name)
         del self.toxics[name]
-        for link in list(self.links.values()):
-            link.deactivate(name)
+        for link in self._started_links():
+            link.remove_toxic(name)
         self.log.record(
             self.name, "toxic_removed", toxic=name, type=toxic.type, stream=toxic.stream
         )
@@ -480,10 +507,11 @@ class ToxicProxy:
         try:
             return self.toxics[name]
         except KeyError:
-            raise ApiError(404, f"toxic {name!r} not found on proxy {self.name!r}") from None
+            raise ApiError(404, "toxic not found") from None
 
-    def _activate_all(self, toxic: Toxic) -> list[Link]:
-        return [link for link in list(self.links.values()) if link.activate(toxic)]
+    def _started_links(self) -> list[Link]:
+        # A link still connecting upstream gets every toxic present when it starts.
+        return [link for link in list(self.links.values()) if link.upstream is not None]
 
     def _announce(self, event: str, toxic: Toxic, affected: Iterable[Link]) -> None:
         hit = list(affected)
@@ -533,7 +561,7 @@ class ToxicProxy:
             return
         link.start(_Side(up_reader, up_writer))
         for toxic in list(self.toxics.values()):
-            link.activate(toxic)
+            link.add_toxic(toxic)
         try:
             await link.done.wait()
         finally:
@@ -554,7 +582,7 @@ class ProxyRegistry:
         try:
             return self.proxies[name]
         except KeyError:
-            raise ApiError(404, f"proxy {name!r} not found") from None
+            raise ApiError(404, "proxy not found") from None
 
     async def create(
         self, name: str, listen: str, upstream: str, *, enabled: bool = True
@@ -563,7 +591,7 @@ class ProxyRegistry:
         if not name or "/" in name:
             raise ApiError(400, f"proxy name must be non-empty without '/', got {name!r}")
         if name in self.proxies:
-            raise ApiError(409, f"proxy {name!r} already exists")
+            raise ApiError(409, "proxy already exists")
         proxy = ToxicProxy(name, listen, upstream, enabled=enabled, log=self.log, rng=self.rng)
         await proxy.start()
         self.proxies[name] = proxy
@@ -578,6 +606,49 @@ class ProxyRegistry:
         del self.proxies[name]
         await proxy.close()
         self.log.record(name, "proxy_deleted")
+
+    async def populate(self, specs: Iterable[ProxySpec]) -> list[ToxicProxy]:
+        """Toxiproxy's ``/populate`` for entries the caller has already validated.
+
+        An existing proxy that does not ``differ`` is kept as it is, toxics, connections
+        and enabled flag included; one that differs is stopped and replaced by a new proxy
+        without toxics. When a new proxy cannot listen, ``PopulateError`` carries the
+        proxies done so far (as Toxiproxy answers), and the proxy it replaced stays,
+        disabled.
+        """
+        done: list[ToxicProxy] = []
+        for spec in specs:
+            existing = self.proxies.get(spec.name)
+            if existing is not None and not existing.differs(spec.listen, spec.upstream):
+                done.append(existing)
+                continue
+            if existing is not None:
+                await existing.set_enabled(False)
+            proxy = ToxicProxy(
+                spec.name,
+                spec.listen,
+                spec.upstream,
+                enabled=spec.enabled,
+                log=self.log,
+                rng=self.rng,
+            )
+            try:
+                await proxy.start()
+            except ApiError as exc:
+                raise PopulateError(exc.status, str(exc), done) from None
+            if existing is not None:
+                await existing.close()
+                self.log.record(spec.name, "proxy_deleted", replaced=True)
+            self.proxies[spec.name] = proxy
+            self.log.record(
+                spec.name,
+                "proxy_created",
+                listen=proxy.listen,
+                upstream=proxy.upstream,
+                enabled=proxy.enabled,
+            )
+            done.append(proxy)
+        return done
 
     async def reset(self) -> None:
         """Toxiproxy's ``/reset``: enable every proxy and remove every toxic."""
@@ -597,7 +668,9 @@ __all__ = [
     "ApiError",
     "EventLog",
     "Link",
+    "PopulateError",
     "ProxyRegistry",
+    "ProxySpec",
     "ToxicProxy",
     "split_hostport",
 ]

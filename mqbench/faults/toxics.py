@@ -1,14 +1,19 @@
 """Toxic types, their attributes and validation, and the per-connection shaping logic.
 
-This module is pure (no sockets, no event loop): the proxy (``mqbench.faults.tcp``) and the
-client (``mqbench.faults.client``) both validate toxics with it, and the engine calls
-``validate_toxic`` before load starts so a typo fails the scenario, not the run.
+This module is pure (no sockets, no event loop): the proxy (``mqbench.faults.tcp`` and
+``mqbench.faults.pipeline``) and the client (``mqbench.faults.client``) both validate toxics
+with it, and the engine calls ``validate_toxic`` before load starts so a typo fails the
+scenario, not the run.
 
-Toxic semantics follow Toxiproxy 2.x (see ``docs/faults.md`` for the differences):
+Toxic semantics follow Toxiproxy 2.12.0 (see ``docs/faults.md`` for the differences). Each
+toxic is one stage of its stream's pipeline, in the order the toxics were added:
 
-``latency``     ``latency`` ms + uniform(-``jitter``, +``jitter``) ms per chunk, counted from
-                the chunk's arrival at the proxy; chunk order is preserved.
+``latency``     sleeps ``latency`` ms + a whole-ms jitter in ``[-jitter, jitter)`` minus the
+                time since the chunk's timestamp, then advances the timestamp by that sleep
+                (``latency_step``); two latency toxics on a stream add up.
 ``bandwidth``   at most ``rate`` KB/s (1 KB = 1000 bytes); 0 = unlimited.
+``slow_close``  passes data; when its stream ends, passes the end on ``delay`` ms later.
+``noop``        passes everything unchanged.
 ``timeout``     drops all data of its stream and closes the connection ``timeout`` ms after
                 the toxic reaches it; 0 = hold (drop data) until the toxic is removed.
 ``reset_peer``  closes the connection with a TCP RST ``timeout`` ms after the toxic reaches
@@ -19,9 +24,10 @@ Toxic semantics follow Toxiproxy 2.x (see ``docs/faults.md`` for the differences
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mqbench.errors import ScenarioError
 
@@ -30,14 +36,22 @@ UPSTREAM = "upstream"
 DOWNSTREAM = "downstream"
 """Server -> client data (Toxiproxy's default stream)."""
 STREAMS = (UPSTREAM, DOWNSTREAM)
-"""The two streams of a proxied connection."""
+"""The two streams of a proxied connection, in the order Toxiproxy lists their toxics."""
 
 MAX_ATTRIBUTE = 2**53
 """Largest attribute value accepted (exactly representable in JSON numbers)."""
 
+ToxicProblem = Literal["type", "stream", "toxicity", "name", "attribute", "body"]
+"""What is wrong with a rejected toxic (``ToxicError.problem``)."""
+
 
 class ToxicError(ScenarioError):
-    """A toxic is malformed: unknown type, unknown or bad attribute, bad stream or toxicity."""
+    """A toxic is malformed; ``problem`` says which part (the API maps it to its answer)."""
+
+    def __init__(self, message: str, problem: ToxicProblem = "body") -> None:
+        """Reject a toxic with a one-line ``message``."""
+        super().__init__(message)
+        self.problem: ToxicProblem = problem
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ class ToxicType:
 
     @property
     def attribute_names(self) -> tuple[str, ...]:
-        """Names of the attributes, in declaration order."""
+        """Names of the attributes, in declaration order (Toxiproxy's JSON order)."""
         return tuple(spec.name for spec in self.attributes)
 
 
@@ -80,15 +94,21 @@ TOXIC_TYPES: Mapping[str, ToxicType] = {
             "latency",
             (
                 AttributeSpec("latency", "ms", 0, "delay added to every chunk"),
-                AttributeSpec("jitter", "ms", 0, "uniform +/- spread around the delay"),
+                AttributeSpec("jitter", "ms", 0, "whole-ms spread in [-jitter, jitter)"),
             ),
-            "delays data by latency +/- jitter ms, order preserved",
+            "delays every chunk by latency +/- jitter ms, order preserved",
         ),
         ToxicType(
             "bandwidth",
             (AttributeSpec("rate", "KB/s", 0, "rate limit, 1 KB = 1000 bytes; 0 = unlimited"),),
             "limits the stream to rate KB/s",
         ),
+        ToxicType(
+            "slow_close",
+            (AttributeSpec("delay", "ms", 0, "how long the end of the stream is held"),),
+            "passes data; the end of the stream (the close) goes on delay ms later",
+        ),
+        ToxicType("noop", (), "passes everything unchanged"),
         ToxicType(
             "timeout",
             (AttributeSpec("timeout", "ms", 0, "close after this long; 0 = never"),),
@@ -116,9 +136,25 @@ def known_toxic_types() -> tuple[str, ...]:
     return tuple(sorted(TOXIC_TYPES))
 
 
+def go_float32(value: float) -> float | int:
+    """``value`` as Go's JSON encoder writes a ``float32``: shortest digits, ``1`` not ``1.0``.
+
+    Toxiproxy keeps ``toxicity`` as a float32, so 0.1 is stored as 0.100000001 and written
+    back as ``0.1``; the returned number serialises (``json.dumps``) to the same text.
+    """
+    single: float = struct.unpack("f", struct.pack("f", value))[0]
+    if single.is_integer():
+        return int(single)
+    for digits in range(1, 10):
+        text = f"{single:.{digits}g}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
+            return float(text)
+    return single
+
+
 @dataclass(frozen=True)
 class Toxic:
-    """A validated toxic as the Toxiproxy API describes it."""
+    """A validated toxic as the Toxiproxy API describes it (every attribute present)."""
 
     name: str
     type: str
@@ -127,13 +163,17 @@ class Toxic:
     attributes: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The API's JSON shape: ``{name, type, stream, toxicity, attributes}``."""
+        """Toxiproxy's JSON shape and key order: ``{attributes, name, type, stream, toxicity}``.
+
+        Attributes a type does not define (a toxic read back from a real Toxiproxy with a
+        type mqbench does not know) are written as they were read.
+        """
         return {
+            "attributes": dict(self.attributes),
             "name": self.name,
             "type": self.type,
             "stream": self.stream,
-            "toxicity": self.toxicity,
-            "attributes": dict(self.attributes),
+            "toxicity": go_float32(self.toxicity),
         }
 
     def attr(self, name: str) -> int:
@@ -149,20 +189,44 @@ class Toxic:
 def _int_attribute(toxic_type: str, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ToxicError(
-            f"toxic {toxic_type!r}: attribute {name!r} must be a whole number, got {value!r}"
+            f"toxic {toxic_type!r}: attribute {name!r} must be a whole number, got {value!r}",
+            "attribute",
         )
     if isinstance(value, float):
         if not value.is_integer():
             raise ToxicError(
-                f"toxic {toxic_type!r}: attribute {name!r} must be a whole number, got {value!r}"
+                f"toxic {toxic_type!r}: attribute {name!r} must be a whole number, got {value!r}",
+                "attribute",
             )
         value = int(value)
     if value < 0 or value > MAX_ATTRIBUTE:
         raise ToxicError(
             f"toxic {toxic_type!r}: attribute {name!r} must be between 0 and {MAX_ATTRIBUTE},"
-            f" got {value}"
+            f" got {value}",
+            "attribute",
         )
     return value
+
+
+def check_stream(stream: object, toxic_type: object = None) -> str:
+    """``stream`` if it is ``upstream`` or ``downstream``; ``ToxicError`` (stream) if not."""
+    if stream not in STREAMS:
+        what = f"toxic {toxic_type!r}: " if toxic_type is not None else ""
+        raise ToxicError(
+            f"{what}stream must be 'upstream' or 'downstream', got {stream!r}", "stream"
+        )
+    assert isinstance(stream, str)
+    return stream
+
+
+def check_type(toxic_type: object) -> ToxicType:
+    """The ``ToxicType`` called ``toxic_type``; ``ToxicError`` (type) naming the known ones."""
+    if not isinstance(toxic_type, str) or toxic_type not in TOXIC_TYPES:
+        raise ToxicError(
+            f"unknown toxic type {toxic_type!r}; known types: {', '.join(known_toxic_types())}",
+            "type",
+        )
+    return TOXIC_TYPES[toxic_type]
 
 
 def validate_toxic(
@@ -175,41 +239,38 @@ def validate_toxic(
 ) -> Toxic:
     """Check a toxic's type, stream, toxicity and attributes; return it normalised.
 
-    Attributes not given take their defaults only when the toxic runs (they are not added
-    here, so the API echoes what was sent, like Toxiproxy). ``name`` defaults to
+    Every attribute of the type is present in the result, those not given at their
+    defaults (as Toxiproxy answers a toxic creation). ``name`` defaults to
     ``<type>_<stream>``. Raises ``ToxicError`` naming the bad type, attribute or value.
     """
-    if not isinstance(toxic_type, str) or toxic_type not in TOXIC_TYPES:
-        raise ToxicError(
-            f"unknown toxic type {toxic_type!r}; known types: {', '.join(known_toxic_types())}"
-        )
-    spec = TOXIC_TYPES[toxic_type]
-    if stream not in STREAMS:
-        raise ToxicError(
-            f"toxic {toxic_type!r}: stream must be 'upstream' or 'downstream', got {stream!r}"
-        )
-    assert isinstance(stream, str)
+    spec = check_type(toxic_type)
+    stream = check_stream(stream, toxic_type)
     if (
         isinstance(toxicity, bool)
         or not isinstance(toxicity, int | float)
         or not 0.0 <= float(toxicity) <= 1.0
     ):
         raise ToxicError(
-            f"toxic {toxic_type!r}: toxicity must be a number from 0 to 1, got {toxicity!r}"
+            f"toxic {toxic_type!r}: toxicity must be a number from 0 to 1, got {toxicity!r}",
+            "toxicity",
         )
-    clean: dict[str, int] = {}
-    for key, value in (attributes or {}).items():
+    given = dict(attributes or {})
+    for key in given:
         if spec.attribute(key) is None:
-            known = ", ".join(spec.attribute_names)
+            known = ", ".join(spec.attribute_names) or "none"
             raise ToxicError(
-                f"toxic {toxic_type!r} has no attribute {key!r}; its attributes: {known}"
+                f"toxic {spec.name!r} has no attribute {key!r}; its attributes: {known}",
+                "attribute",
             )
-        clean[key] = _int_attribute(toxic_type, key, value)
+    clean = {
+        a.name: _int_attribute(spec.name, a.name, given[a.name]) if a.name in given else a.default
+        for a in spec.attributes
+    }
     if name is None or name == "":
-        name = f"{toxic_type}_{stream}"
+        name = f"{spec.name}_{stream}"
     if not isinstance(name, str) or "/" in name or len(name) > 200:
-        raise ToxicError(f"toxic name must be a string without '/', got {name!r}")
-    return Toxic(name, toxic_type, stream, float(toxicity), clean)
+        raise ToxicError(f"toxic name must be a string without '/', got {name!r}", "name")
+    return Toxic(name, spec.name, stream, float(toxicity), clean)
 
 
 def toxic_from_json(data: object) -> Toxic:
@@ -223,7 +284,7 @@ def toxic_from_json(data: object) -> Toxic:
     if attributes is None:
         attributes = {}
     if not isinstance(attributes, Mapping):
-        raise ToxicError("toxic attributes must be a JSON object")
+        raise ToxicError("toxic attributes must be a JSON object", "attribute")
     return validate_toxic(
         data.get("type"),
         attributes,
@@ -242,28 +303,39 @@ def rolls_affected(toxicity: float, rng: random.Random) -> bool:
     return rng.random() < toxicity
 
 
-class LatencyShaper:
-    """Release times for chunks under a latency toxic, order preserved.
+class LatencyDraw:
+    """Toxiproxy's per-chunk delay: ``latency`` ms plus a jitter drawn in whole ms.
 
-    A chunk arriving at ``t`` is released at ``t + latency + U(-jitter, +jitter)`` (never
-    before its arrival), and never before the previous chunk's release.
+    The jitter term is ``randrange(2 * jitter) - jitter``, i.e. uniform over the integers
+    ``-jitter .. jitter - 1`` (Toxiproxy's ``rand.Int63n(jitter*2) - jitter``), so a delay
+    can be negative when ``jitter > latency``; it is then no delay at all.
     """
 
     def __init__(self, latency_ms: int, jitter_ms: int, rng: random.Random) -> None:
-        """Delay by ``latency_ms`` +/- ``jitter_ms`` using ``rng`` for the jitter."""
-        self.latency_s = latency_ms / 1000.0
-        self.jitter_s = jitter_ms / 1000.0
+        """Draw delays of ``latency_ms`` +/- ``jitter_ms`` with ``rng``."""
+        self.latency_ms = latency_ms
+        self.jitter_ms = jitter_ms
         self._rng = rng
-        self._last_release = float("-inf")
 
-    def release_at(self, arrival: float) -> float:
-        """When a chunk that arrived at ``arrival`` (monotonic seconds) may be written."""
-        delay = self.latency_s
-        if self.jitter_s > 0:
-            delay += self._rng.uniform(-self.jitter_s, self.jitter_s)
-        release = max(arrival + max(delay, 0.0), self._last_release)
-        self._last_release = release
-        return release
+    def delay_s(self) -> float:
+        """One chunk's delay, in seconds."""
+        delay = self.latency_ms
+        if self.jitter_ms > 0:
+            delay += self._rng.randrange(2 * self.jitter_ms) - self.jitter_ms
+        return delay / 1000.0
+
+
+def latency_step(delay_s: float, stamp: float, now: float) -> tuple[float, float]:
+    """One latency stage on one chunk: ``(sleep, new_stamp)``, as Toxiproxy computes them.
+
+    ``stamp`` is the chunk's timestamp (set when it was read from the socket, advanced by
+    every latency stage before this one). The stage sleeps ``delay - (now - stamp)`` (not at
+    all when that is negative: time the chunk already waited counts) and advances the stamp
+    by exactly that amount, negative or not. For a lone chunk the delays of a chain add up;
+    a chunk that queued behind others in an earlier stage carries less of the wait forward.
+    """
+    sleep = delay_s - (now - stamp)
+    return sleep, stamp + sleep
 
 
 class BandwidthPacer:

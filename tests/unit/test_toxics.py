@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from typing import Any
 
 import pytest
 
 from mqbench.errors import MqbenchError, ScenarioError
-from mqbench.faults.api import ToxiproxyApi, encode_response, read_request
+from mqbench.faults.api import (
+    REQUEST_ID_HEADER,
+    ApiResponse,
+    RequestIds,
+    ToxiproxyApi,
+    go_json,
+)
+from mqbench.faults.api_server import encode_response, read_request
 from mqbench.faults.client import (
     ProxyInfo,
     ToxiproxyClient,
@@ -21,10 +29,12 @@ from mqbench.faults.tcp import EventLog, ProxyRegistry, split_hostport
 from mqbench.faults.toxics import (
     TOXIC_TYPES,
     BandwidthPacer,
-    LatencyShaper,
+    LatencyDraw,
     LimitCounter,
     ToxicError,
+    go_float32,
     known_toxic_types,
+    latency_step,
     rolls_affected,
     toxic_from_json,
     validate_toxic,
@@ -33,30 +43,51 @@ from mqbench.faults.toxics import (
 # -- validation ---------------------------------------------------------------------------
 
 
-def test_known_toxic_types_are_the_five_the_proxy_implements() -> None:
-    assert known_toxic_types() == ("bandwidth", "latency", "limit_data", "reset_peer", "timeout")
+def test_known_toxic_types_are_the_seven_the_proxy_implements() -> None:
+    assert known_toxic_types() == (
+        "bandwidth",
+        "latency",
+        "limit_data",
+        "noop",
+        "reset_peer",
+        "slow_close",
+        "timeout",
+    )
     assert TOXIC_TYPES["latency"].attribute_names == ("latency", "jitter")
+    assert TOXIC_TYPES["slow_close"].attribute_names == ("delay",)
+    assert TOXIC_TYPES["noop"].attribute_names == ()
     assert TOXIC_TYPES["reset_peer"].connection_level
 
 
-def test_a_valid_toxic_is_normalised_with_default_name_and_echoes_only_given_attributes() -> None:
+def test_a_valid_toxic_has_every_attribute_filled_in_and_toxiproxys_json_order() -> None:
     toxic = validate_toxic("latency", {"latency": 100.0}, stream="upstream", toxicity=1)
     assert toxic.name == "latency_upstream"
-    assert toxic.attributes == {"latency": 100}
+    assert toxic.attributes == {"latency": 100, "jitter": 0}
     assert isinstance(toxic.attributes["latency"], int)
-    assert toxic.attr("jitter") == 0
     assert toxic.to_json() == {
+        "attributes": {"latency": 100, "jitter": 0},
         "name": "latency_upstream",
         "type": "latency",
         "stream": "upstream",
-        "toxicity": 1.0,
-        "attributes": {"latency": 100},
+        "toxicity": 1,
     }
+    assert list(toxic.to_json()) == ["attributes", "name", "type", "stream", "toxicity"]
+    assert validate_toxic("noop").to_json()["attributes"] == {}
+    assert validate_toxic("slow_close").attributes == {"delay": 0}
+
+
+def test_toxicity_is_written_as_go_writes_a_float32() -> None:
+    assert json.dumps(go_float32(1.0)) == "1"
+    assert json.dumps(go_float32(0.0)) == "0"
+    assert json.dumps(go_float32(0.1)) == "0.1"
+    assert json.dumps(go_float32(0.25)) == "0.25"
+    assert json.dumps(go_float32(1 / 3)) == "0.33333334"
 
 
 def test_an_unknown_toxic_type_is_rejected_naming_it_and_the_known_types() -> None:
-    with pytest.raises(ToxicError, match=r"unknown toxic type 'slow_clse'.*reset_peer"):
+    with pytest.raises(ToxicError, match=r"unknown toxic type 'slow_clse'.*reset_peer") as exc:
         validate_toxic("slow_clse")
+    assert exc.value.problem == "type"
 
 
 def test_an_unknown_attribute_is_rejected_naming_it_and_the_types_attributes() -> None:
@@ -103,30 +134,38 @@ def test_toxic_json_with_unknown_fields_or_non_object_attributes_is_rejected() -
         toxic_from_json({"type": "latency", "latencyy": 3})
     with pytest.raises(ToxicError, match="attributes must be"):
         toxic_from_json({"type": "latency", "attributes": [1]})
-    assert toxic_from_json({"type": "limit_data", "attributes": None}).attributes == {}
+    assert toxic_from_json({"type": "limit_data", "attributes": None}).attributes == {"bytes": 0}
 
 
 # -- shaping logic ------------------------------------------------------------------------
 
 
-def test_latency_releases_each_chunk_latency_after_its_arrival() -> None:
-    shaper = LatencyShaper(100, 0, random.Random(1))
-    assert shaper.release_at(10.0) == pytest.approx(10.1)
-    assert shaper.release_at(10.5) == pytest.approx(10.6)
+def test_a_latency_stage_sleeps_what_is_left_of_the_delay_and_advances_the_stamp() -> None:
+    # a chunk read at 10.0 reaching the stage at 10.02: 100 ms - 20 ms already waited
+    sleep, stamp = latency_step(0.1, 10.0, 10.02)
+    assert sleep == pytest.approx(0.08) and stamp == pytest.approx(10.08)
 
 
-def test_latency_jitter_stays_within_bounds_and_never_reorders_chunks() -> None:
-    shaper = LatencyShaper(50, 40, random.Random(3))
-    releases = [shaper.release_at(i * 0.001) for i in range(2000)]
-    assert releases == sorted(releases)
-    delays = [r - i * 0.001 for i, r in enumerate(releases)]
-    assert min(delays) >= 0.010 - 1e-9
-    # a chunk held behind its predecessor still leaves by its own latest bound (50 + 40 ms)
-    assert max(delays) <= 0.090 + 1e-9
-    # the same draws without the ordering rule would have reordered chunks
-    rng = random.Random(3)
-    raw = [i * 0.001 + 0.05 + rng.uniform(-0.04, 0.04) for i in range(2000)]
-    assert raw != sorted(raw)
+def test_a_lone_chunk_through_two_latency_stages_is_delayed_by_their_sum() -> None:
+    now = 0.0
+    stamp = 0.0
+    for delay in (0.1, 0.1):
+        sleep, stamp = latency_step(delay, stamp, now)
+        now += max(sleep, 0.0)
+    assert now == pytest.approx(0.2)
+
+
+def test_a_chunk_that_waited_longer_than_the_delay_is_not_slept_and_its_stamp_goes_back() -> None:
+    # Toxiproxy adds the (negative) sleep to the stamp: the extra wait is credited downstream
+    sleep, stamp = latency_step(0.1, 0.0, 0.15)
+    assert sleep == pytest.approx(-0.05) and stamp == pytest.approx(-0.05)
+
+
+def test_latency_jitter_is_drawn_in_whole_ms_from_minus_jitter_to_just_below_plus_jitter() -> None:
+    draw = LatencyDraw(50, 5, random.Random(3))
+    delays = {round(draw.delay_s() * 1000) for _ in range(2000)}
+    assert delays == set(range(45, 55))  # Toxiproxy: latency + Int63n(2*jitter) - jitter
+    assert LatencyDraw(100, 0, random.Random(1)).delay_s() == 0.1
 
 
 def test_bandwidth_pacer_spaces_pieces_at_the_rate_without_banking_idle_time() -> None:
@@ -190,20 +229,42 @@ def test_addresses_must_be_host_colon_port() -> None:
 # -- API routing (disabled proxies do not listen, so no sockets are opened) ---------------
 
 
-def _call(api: ToxiproxyApi, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    raw = b"" if body is None else json.dumps(body).encode()
-    return asyncio.run(api.handle(method, path, raw))
+def _call(
+    api: ToxiproxyApi,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> ApiResponse:
+    raw = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
+    return asyncio.run(api.handle(method, path, raw, headers))
+
+
+def _calls(api: ToxiproxyApi, requests: list[tuple[str, str, Any]]) -> list[ApiResponse]:
+    """Several requests in one event loop (the registry's proxies live in it)."""
+
+    async def run() -> list[ApiResponse]:
+        out = []
+        for method, path, body in requests:
+            raw = b"" if body is None else json.dumps(body).encode()
+            out.append(await api.handle(method, path, raw))
+        return out
+
+    return asyncio.run(run())
+
+
+def _disabled(name: str, port: int = 7001, upstream: str = "127.0.0.1:1") -> dict[str, Any]:
+    # disabled proxies do not listen, so these tests open no sockets
+    return {"name": name, "upstream": upstream, "listen": f"127.0.0.1:{port}", "enabled": False}
 
 
 def test_api_routes_map_to_toxiproxy_status_codes() -> None:
     api = ToxiproxyApi(ProxyRegistry(seed=1))
-    proxy = {"name": "p", "upstream": "127.0.0.1:1", "listen": "127.0.0.1:0", "enabled": False}
-
-    async def scenario() -> list[tuple[int, Any]]:
-        out = []
-        for method, path, body in [
-            ("POST", "/proxies", proxy),
-            ("POST", "/proxies", proxy),
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("p")),
+            ("POST", "/proxies", _disabled("p")),
             ("GET", "/proxies/p", None),
             ("GET", "/proxies/q", None),
             ("POST", "/proxies/p/toxics", {"type": "latency", "attributes": {"latency": 5}}),
@@ -218,45 +279,265 @@ def test_api_routes_map_to_toxiproxy_status_codes() -> None:
             ("GET", "/proxies/p/events?since=x", None),
             ("POST", "/reset", None),
             ("DELETE", "/proxies/p", None),
-        ]:
-            raw = b"" if body is None else json.dumps(body).encode()
-            out.append(await api.handle(method, path, raw))
-        return out
-
-    results = asyncio.run(scenario())
-    codes = [status for status, _ in results]
+        ],
+    )
+    codes = [r.status for r in results]
     assert codes == [201, 409, 200, 404, 200, 409, 400, 200, 200, 204, 404, 405, 404, 400, 204, 204]
-    assert results[0][1]["enabled"] is False and results[0][1]["toxics"] == []
-    assert results[7][1]["attributes"] == {"latency": 5, "jitter": 2}
-    assert results[6][1]["error"].startswith("unknown toxic type 'nope'")
-    assert results[6][1]["status"] == 400
+    assert results[0].json()["enabled"] is False and results[0].json()["toxics"] == []
+    assert results[1].body == b'{"error":"proxy already exists","status":409}\n'
+    assert results[3].body == b'{"error":"proxy not found","status":404}\n'
+    assert results[5].json() == {"error": "toxic already exists", "status": 409}
+    assert results[6].json() == {"error": "invalid toxic type", "status": 400}
+    assert results[7].json()["attributes"] == {"latency": 5, "jitter": 2}
+    assert results[10].json() == {"error": "toxic not found", "status": 404}
+
+
+def test_errors_are_sent_as_go_http_error_sends_them_and_unknown_paths_as_plain_404() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    missing = _call(api, "GET", "/proxies/nope")
+    assert missing.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert missing.headers["X-Content-Type-Options"] == "nosniff"
+    assert missing.body.endswith(b"\n")
+    unknown = _call(api, "GET", "/proxies/")
+    assert unknown.status == 404 and unknown.body == b"404 page not found\n"
+    assert REQUEST_ID_HEADER not in unknown.headers  # no route matched, no middleware
+    wrong_method = _call(api, "DELETE", "/version")
+    assert wrong_method.status == 405 and wrong_method.body == b""
+    assert REQUEST_ID_HEADER not in wrong_method.headers
+
+
+def test_version_answers_toxiproxy_2_12_0s_json_line() -> None:
+    response = _call(ToxiproxyApi(ProxyRegistry()), "GET", "/version")
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "application/json;charset=utf-8"
+    assert response.body == b'{"version": "2.12.0"}\n'
+
+
+def test_every_routed_answer_carries_a_fresh_xid_request_id_never_the_clients() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    sent = {"x-toxiproxy-request-id": "mine"}
+    ids = [
+        _call(api, "GET", "/version", headers=sent).headers[REQUEST_ID_HEADER] for _ in range(50)
+    ]
+    ids.append(_call(api, "GET", "/proxies/nope").headers[REQUEST_ID_HEADER])
+    assert len(set(ids)) == len(ids) and "mine" not in ids
+    assert all(len(i) == 20 and set(i) <= set("0123456789abcdefghijklmnopqrstuv") for i in ids)
+
+
+def test_request_ids_are_xids_that_start_with_the_time_in_seconds() -> None:
+    ident = RequestIds().new()
+    bits = int("".join(f"{'0123456789abcdefghijklmnopqrstuv'.index(c):05b}" for c in ident), 2)
+    seconds = bits >> (100 - 32)
+    assert abs(seconds - time.time()) < 5
+
+
+def test_requests_from_browsers_are_refused_and_change_nothing() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    browser = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0"}
+    refused = _call(api, "POST", "/proxies", _disabled("p"), headers=browser)
+    assert refused.status == 403 and refused.body == b"User agent not allowed\n"
+    assert refused.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert REQUEST_ID_HEADER in refused.headers
+    assert api.registry.proxies == {}
+    # Toxiproxy looks only at the User-Agent: an Origin header alone is served
+    origin = {"origin": "http://evil.example", "user-agent": "curl/8"}
+    assert _call(api, "GET", "/version", headers=origin).status == 200
+    assert _call(api, "GET", "/nope", headers=browser).status == 404  # no route, no check
+
+
+def test_created_toxics_answer_with_every_attribute_at_its_default() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("p")),
+            ("POST", "/proxies/p/toxics", {"type": "latency", "attributes": {"latency": 100}}),
+            ("POST", "/proxies/p/toxics", {"type": "slow_close", "stream": "upstream"}),
+            ("POST", "/proxies/p/toxics", {"type": "noop", "toxicity": 0.5}),
+            ("GET", "/proxies/p/toxics", None),
+        ],
+    )
+    assert results[1].body == (
+        b'{"attributes":{"latency":100,"jitter":0},"name":"latency_downstream",'
+        b'"type":"latency","stream":"downstream","toxicity":1}'
+    )
+    assert results[2].json()["attributes"] == {"delay": 0}
+    assert results[3].json() == {
+        "attributes": {},
+        "name": "noop_downstream",
+        "type": "noop",
+        "stream": "downstream",
+        "toxicity": 0.5,
+    }
+    # listed as Toxiproxy lists them: the upstream chain first
+    names = [t["name"] for t in results[4].json()]
+    assert names == ["slow_close_upstream", "latency_downstream", "noop_downstream"]
+
+
+def test_toxic_creation_checks_stream_then_type_then_name_as_toxiproxy_does() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("p")),
+            ("POST", "/proxies/p/toxics", {"type": "latency", "name": "x"}),
+            ("POST", "/proxies/p/toxics", {"type": "nope", "stream": "sideways"}),
+            ("POST", "/proxies/p/toxics", {"type": "nope", "name": "x"}),
+            ("POST", "/proxies/p/toxics", {"type": "latency", "name": "x", "attributes": []}),
+            ("POST", "/proxies/p/toxics", {"type": "latency", "attributes": {"latncy": 1}}),
+        ],
+    )
+    assert [r.status for r in results[1:]] == [200, 400, 400, 409, 400]
+    assert results[2].json()["error"] == "stream was invalid, can be either upstream or downstream"
+    assert results[3].json()["error"] == "invalid toxic type"
+    assert results[5].json()["error"].startswith("bad request body: ")
+    assert "latncy" in results[5].json()["error"]
+
+
+def test_a_toxic_update_merges_attributes_and_ignores_name_type_and_stream() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("p")),
+            ("POST", "/proxies/p/toxics", {"type": "latency", "attributes": {"latency": 9}}),
+            (
+                "PATCH",
+                "/proxies/p/toxics/latency_downstream",
+                {"name": "z", "stream": "upstream", "toxicity": 0.25, "attributes": {"jitter": 1}},
+            ),
+        ],
+    )
+    assert results[2].json() == {
+        "attributes": {"latency": 9, "jitter": 1},
+        "name": "latency_downstream",
+        "type": "latency",
+        "stream": "downstream",
+        "toxicity": 0.25,
+    }
+
+
+def test_populate_keeps_an_identical_proxy_with_its_toxics() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("a")),
+            ("POST", "/proxies/a/toxics", {"type": "latency", "attributes": {"latency": 7}}),
+            ("POST", "/populate", [_disabled("a"), _disabled("b", 7002)]),
+            ("POST", "/populate", [{**_disabled("a"), "listen": "localhost:7001"}]),
+        ],
+    )
+    assert results[2].status == 201
+    kept, created = results[2].json()["proxies"]
+    assert kept["name"] == "a" and [t["name"] for t in kept["toxics"]] == ["latency_downstream"]
+    assert created["name"] == "b" and created["toxics"] == []
+    assert results[3].json()["proxies"][0]["toxics"] != []  # localhost resolves to 127.0.0.1
+
+
+def test_populate_replaces_a_proxy_whose_listen_or_upstream_differs_dropping_its_toxics() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("a")),
+            ("POST", "/proxies/a/toxics", {"type": "noop"}),
+            ("POST", "/populate", [_disabled("a", upstream="127.0.0.1:2")]),
+        ],
+    )
+    (replaced,) = results[2].json()["proxies"]
+    assert replaced["upstream"] == "127.0.0.1:2" and replaced["toxics"] == []
+    assert [e["event"] for e in api.registry.log.events("a")][-2:] == [
+        "proxy_deleted",
+        "proxy_created",
+    ]
+
+
+def test_populate_creates_nothing_when_any_entry_is_invalid() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    for entries, error in [
+        ([_disabled("a"), {"upstream": "127.0.0.1:1"}], "missing required field: name at proxy 2"),
+        ([_disabled("a"), {"name": "b"}], "missing required field: upstream at proxy 2"),
+        ([_disabled("a"), {**_disabled("b"), "listen": "nohost"}], "at proxy 2"),
+        ([_disabled("a"), {**_disabled("b"), "enabled": "yes"}], "'enabled'"),
+        ([_disabled("a"), "b"], "bad request body"),
+    ]:
+        response = _call(api, "POST", "/populate", entries)
+        assert response.status == 400, entries
+        assert response.headers["Content-Type"] == "application/json"
+        body = response.json()
+        assert list(body) == ["error", "status", "proxies"] and body["proxies"] is None
+        assert error in body["error"] and body["status"] == 400
+        assert api.registry.proxies == {}
+    not_a_list = _call(api, "POST", "/populate", {"name": "a"})
+    assert not_a_list.status == 400 and not_a_list.json()["proxies"] is None
+
+
+def test_populate_with_no_entries_answers_null_proxies() -> None:
+    response = _call(ToxiproxyApi(ProxyRegistry()), "POST", "/populate", [])
+    assert response.status == 201 and response.body == b'{"proxies":null}'
+
+
+def test_proxies_are_listed_by_name_with_toxiproxys_keys() -> None:
+    api = ToxiproxyApi(ProxyRegistry())
+    results = _calls(
+        api,
+        [
+            ("POST", "/proxies", _disabled("b", 7002)),
+            ("POST", "/proxies", _disabled("a")),
+            ("GET", "/proxies", None),
+        ],
+    )
+    listed = results[2].json()
+    assert list(listed) == ["a", "b"]
+    assert list(listed["a"]) == ["name", "listen", "upstream", "enabled", "Logger", "toxics"]
 
 
 def test_api_rejects_bodies_that_are_not_json_or_lack_required_fields() -> None:
     api = ToxiproxyApi(ProxyRegistry())
-    assert asyncio.run(api.handle("POST", "/proxies", b"{nope"))[0] == 400
-    status, body = _call(api, "POST", "/proxies", {"name": "x"})
-    assert status == 400 and "upstream" in body["error"]
-    status, body = _call(api, "POST", "/proxies", {"name": "x", "upstream": "nohost"})
-    assert status == 400 and "host:port" in body["error"]
+    bad_json = _call(api, "POST", "/proxies", b"{nope")
+    assert bad_json.status == 400 and bad_json.json()["error"].startswith("bad request body: ")
+    assert _call(api, "POST", "/proxies", b"").json()["error"] == "bad request body: EOF"
+    response = _call(api, "POST", "/proxies", {"name": "x"})
+    assert response.status == 400
+    assert response.json()["error"] == "missing required field: upstream"
+    response = _call(api, "POST", "/proxies", {"name": "x", "upstream": "nohost"})
+    assert response.status == 400 and "host:port" in response.json()["error"]
+
+
+def test_go_json_is_compact_and_escapes_html_characters() -> None:
+    assert (
+        go_json({"a": [1, "<&>"], "é": None})
+        == b'{"a":[1,"\\u003c\\u0026\\u003e"],"\xc3\xa9":null}'
+    )
 
 
 def test_http_requests_are_parsed_and_responses_encoded_with_content_length() -> None:
-    async def parse(raw: bytes) -> tuple[str, str, bytes]:
+    async def parse(raw: bytes) -> tuple[str, str, dict[str, str], bytes]:
         reader = asyncio.StreamReader()
         reader.feed_data(raw)
         reader.feed_eof()
-        return await read_request(reader)
+        request = await read_request(reader)
+        return request.method, request.target, request.headers, request.body
 
-    req = b"POST /proxies HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-    assert asyncio.run(parse(req)) == ("POST", "/proxies", b"{}")
+    req = (
+        b"POST /proxies HTTP/1.1\r\nHost: x\r\nUser-Agent: Mozilla/5\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    assert asyncio.run(parse(req)) == (
+        "POST",
+        "/proxies",
+        {"host": "x", "user-agent": "Mozilla/5", "content-length": "2"},
+        b"{}",
+    )
     chunked = b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
     with pytest.raises(MqbenchError, match="chunked"):
         asyncio.run(parse(chunked))
-    response = encode_response(201, {"a": 1})
+    response = encode_response(ApiResponse(201, {"Content-Type": "application/json"}, b'{"a":1}'))
     assert response.startswith(b"HTTP/1.1 201 Created\r\n")
-    assert b"Content-Length: 8\r\n" in response and response.endswith(b'{"a": 1}')
-    assert b"Content-Length" not in encode_response(204, None)
+    assert b"Content-Length: 7\r\n" in response and response.endswith(b'{"a":1}')
+    assert b"Server: mqbench-proxy/" in response and b"Date: " in response
+    assert b"Content-Length" not in encode_response(ApiResponse(204))
+    assert b"Content-Length: 0\r\n" in encode_response(ApiResponse(405))
 
 
 # -- client side without a server ---------------------------------------------------------
