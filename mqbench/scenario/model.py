@@ -206,11 +206,12 @@ class Generator(_Strict):
         default=5.0, gt=0, description="send lag p99 above this marks the cell generator_saturated"
     )
     spin_ms: float = Field(
-        default=0.05,
+        default=1.0,
         ge=0,
         le=5,
         description="most the publish loop busy-waits before a due send: it arms its timer "
-        "this much early at most (adaptive, see docs/performance.md); 0 never spins",
+        "at most this much early (adaptive, and never more than 5% of the worker's send "
+        "period, see docs/scenarios.md); 0 never spins",
     )
     timer: Literal["auto", "timerfd", "loop"] = Field(
         default="auto",

@@ -151,7 +151,8 @@ def test_the_timer_is_armed_at_each_due_time_minus_the_wake_margin() -> None:
 
 def test_sends_leave_within_microseconds_when_wake_ups_are_late() -> None:
     # wake-ups arrive 30 us after the armed deadline; the margin adapts to cover that
-    schedule = InterleavedSchedule(START, 1000.0, 4, 0, 4, messages_per_publisher=100)
+    # (a send every 2.5 ms: 5% of it allows up to 125 us of busy-waiting)
+    schedule = InterleavedSchedule(START, 100.0, 4, 0, 4, messages_per_publisher=100)
     fake = FakeLoop(START, wake_late_ns=30_000)
     sent, loop = run_loop(schedule, fake, spin_ns=50_000)
     lags = sorted(actual - intended for _, _, intended, actual in sent)
@@ -171,6 +172,17 @@ def test_the_spin_cap_bounds_busy_waiting_and_the_rest_is_recorded_as_lag() -> N
     lags = [actual - intended for _, _, intended, actual in sent]
     assert min(lags[4:]) >= 480_000
     assert loop.stats.max_lag_ns >= 480_000
+
+
+def test_busy_waiting_never_takes_more_than_five_percent_of_the_send_period() -> None:
+    # a send every 250 us: the margin may not exceed 12.5 us however late wake-ups are
+    schedule = InterleavedSchedule(START, 1000.0, 4, 0, 4, messages_per_publisher=100)
+    fake = FakeLoop(START, wake_late_ns=30_000)
+    sent, loop = run_loop(schedule, fake, spin_ns=1_000_000)
+    assert loop.stats.margin_ns == 12_500
+    assert loop.stats.spin_ns <= 400 * 12_500
+    lags = sorted(actual - intended for _, _, intended, actual in sent)
+    assert lags[len(lags) // 2] >= 17_000  # the uncovered 17.5 us shows as lag
 
 
 def test_an_idle_loop_sleeps_on_the_timer_instead_of_busy_waiting() -> None:
