@@ -204,7 +204,8 @@ class NativeRuntime:
     @staticmethod
     def _no_spec_reason(target: Target) -> str:
         if target.native_source is None:
-            return f"{target.name} runs in Docker only (no native package); use the docker runtime"
+            why = target.docker_only or "no native package"
+            return f"{target.name} runs in Docker only: {why}; use the docker runtime"
         return (
             f"no native runtime for {target.name} in this version "
             f"(it would come from: {target.native_source})"
@@ -225,7 +226,7 @@ class NativeRuntime:
 
     @staticmethod
     def _missing_binary_reason(spec: NativeSpec) -> str:
-        return f"{spec.executable} not found; install it with: {spec.install_hint}"
+        return spec.missing_reason()
 
     def start(self, request: StartRequest) -> NativeBroker:
         """Start the target's broker and return once it answers the protocol probe."""

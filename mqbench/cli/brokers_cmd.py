@@ -381,6 +381,40 @@ def status(
     guarded(go)
 
 
+@brokers_app.command("fetch")
+def fetch(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[TARGET]...", help="Java brokers to fetch (default: all)."),
+    ] = None,
+) -> None:
+    """Fetch the Java brokers' jars from Maven Central into the cache (needs mvn and javac).
+
+    Example: mqbench brokers fetch artemis hivemq
+    """
+
+    def go() -> None:
+        from mqbench.brokers import maven
+        from mqbench.brokers.specs import maven_distributions
+
+        dists = maven_distributions()
+        names = targets or list(dists)
+        for name in names:
+            if name not in dists:
+                get_target(name)  # an unknown target: ScenarioError listing the known ones
+                raise UsageError(
+                    f"{name} is not fetched from Maven (Java brokers: {', '.join(dists)})"
+                )
+        for name in names:
+            dist = dists[name]
+            already = maven.installed(dist) is not None
+            found = maven.fetch(dist)
+            what = "already in the cache" if already else f"fetched {len(found.jars)} jars"
+            console.print(f"{name} {dist.version}: {what} ({found.directory})")
+
+    guarded(go)
+
+
 @brokers_app.command("logs")
 def logs(
     target: TargetArg,
