@@ -28,6 +28,7 @@ from rich.table import Table
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.docker import ComposeProject, DockerBroker, DockerCli
 from mqbench.brokers.native import NativeBroker, read_tail
+from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.targets import get_target
@@ -192,6 +193,18 @@ def stop_native(state: BrokerState, grace_s: float = STOP_GRACE_S) -> str:
     return "killed after SIGTERM timed out"
 
 
+def remove_native_cgroup(state: BrokerState) -> str:
+    """Remove the cgroup a native profile created for the broker ('' or what happened)."""
+    from mqbench.brokers.cgroups import remove_cgroup_dirs
+
+    cgroup = (state.info.get("resources") or {}).get("cgroup") or {}
+    paths = [Path(p) for p in (cgroup.get("paths") or {}).values()]
+    if not paths:
+        return ""
+    error = remove_cgroup_dirs(paths)
+    return f"; {error}" if error else "; its cgroup removed"
+
+
 def _check_runtime(runtime: str) -> None:
     if runtime not in MANUAL_RUNTIMES:
         raise UsageError(f"--runtime must be one of {', '.join(MANUAL_RUNTIMES)}, not {runtime!r}")
@@ -209,10 +222,10 @@ def start_broker(
     """Start ``target`` with ``runtime``, leave it running and record its state."""
     _check_runtime(runtime)
     get_target(target)
-    if profile is not None and runtime != "docker":
-        raise UsageError("--profile sets container limits; it needs --runtime docker")
     if profile is not None and profile not in profile_names():
         raise UsageError(f"unknown profile {profile!r} (known: {', '.join(profile_names())})")
+    if profile is not None and runtime == "native":
+        check_native_profile(profile)
     for old in find_states(target, runtime):
         if state_status(old) != "stopped":
             raise BrokerError(
@@ -246,6 +259,7 @@ def start_broker(
         with contextlib.suppress(psutil.Error):
             state.pid_create_time = psutil.Process(pid).create_time()
         state.log_path = str(broker.log_path)
+        state.profile = profile
     elif isinstance(broker, DockerBroker):
         state.project = broker.project.name
         state.compose_file = str(broker.project.file)
@@ -272,6 +286,7 @@ def stop_broker(target: str, runtime: str | None) -> list[tuple[BrokerState, str
     for state in states:
         if state.runtime == "native":
             outcome = stop_native(state)
+            outcome += remove_native_cgroup(state)
         else:
             proc = state.project_handle().down()
             if proc.returncode != 0:
@@ -303,7 +318,11 @@ def up(
     runtime: RuntimeOption = "native",
     profile: Annotated[
         str | None,
-        typer.Option("--profile", help="docker resource profile: " + ", ".join(profile_names())),
+        typer.Option(
+            "--profile",
+            help="resource profile (container limits, or a cgroup for native): "
+            + ", ".join(profile_names()),
+        ),
     ] = None,
     port: Annotated[
         int | None, typer.Option("--port", help="Host port for clients (default: a free one).")
