@@ -29,9 +29,7 @@ public class ArtemisLauncher {
             embedded.createActiveMQServer();
             ActiveMQServer server = embedded.getActiveMQServer();
             server.registerActivationFailureListener(cause -> {
-                System.err.println("mqbench-launcher: artemis failed to activate: " + cause);
-                cause.printStackTrace();
-                Runtime.getRuntime().halt(1);
+                fail("artemis failed to activate", cause);
             });
             Runtime.getRuntime().addShutdownHook(new Thread(() -> {
                 try {
@@ -47,13 +45,31 @@ public class ArtemisLauncher {
                 System.exit(1);
             }
         } catch (Exception e) {
-            System.err.println("mqbench-launcher: artemis failed to start: " + e);
-            e.printStackTrace();
-            System.exit(1);
+            fail("artemis failed to start", e);
         }
         System.out.println("mqbench-launcher ready broker=artemis version="
                 + VersionLoader.getVersion().getFullVersion());
         System.out.flush();
         stopped.await();
+    }
+
+    /** Stack trace first, then one summary line (the last line of the log) and exit 1. */
+    static void fail(String what, Throwable error) {
+        error.printStackTrace();
+        Throwable root = error;
+        while (root.getCause() != null && root.getCause() != root) {
+            root = root.getCause();
+        }
+        String summary = "mqbench-launcher: " + what + ": " + error;
+        if (root != error) {
+            summary += " (cause: " + root + ")";
+        }
+        summary = summary.replace('\n', ' ');
+        if (summary.length() > 600) {
+            summary = summary.substring(0, 600) + " ...";
+        }
+        System.err.println(summary);
+        System.err.flush();
+        Runtime.getRuntime().halt(1);
     }
 }

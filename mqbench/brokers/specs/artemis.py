@@ -24,7 +24,7 @@ from xml.sax.saxutils import escape
 
 from mqbench.brokers.maven import Artifact, JavaDistribution
 from mqbench.brokers.specs.base import LaunchPlan, merged_options
-from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap
+from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
 from mqbench.brokers.specs.mosquitto import mqtt_probe
 
 ARTEMIS_VERSION = "2.55.0"
@@ -114,6 +114,7 @@ class ArtemisSpec(MavenJvmSpec):
         extra = str(opts["extra_config"]).strip()
         acceptor = acceptor_url(host, port, acceptor_params)
         xml = broker_xml(acceptor, data, extra)
+        check_well_formed("artemis", xml, extra)
         config_path = base / "broker.xml"
         config_path.write_text(xml, encoding="utf-8")
         argv = self.java_argv(binary, base, heap_min, heap, LOG_PROPERTIES, [str(config_path)])

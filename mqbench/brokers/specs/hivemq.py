@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape
 
 from mqbench.brokers.maven import Artifact, JavaDistribution
 from mqbench.brokers.specs.base import LaunchPlan, merged_options
-from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap
+from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
 from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
 
@@ -125,6 +125,7 @@ class HiveMqSpec(MavenJvmSpec):
             directory.mkdir(parents=True, exist_ok=True)
         extra = str(opts["extra_config"]).strip()
         xml = config_xml(host, port, persistence, max_queue, strategy, extra)
+        check_well_formed("hivemq", xml, extra)
         config_path = conf / "config.xml"
         config_path.write_text(xml, encoding="utf-8")
         (conf / "logback.xml").write_text(LOGBACK_XML, encoding="utf-8")

@@ -38,6 +38,17 @@ def check_heap(broker: str, key: str, value: object) -> str:
     return text
 
 
+def check_well_formed(broker: str, xml: str, extra: str) -> None:
+    """``BrokerError`` naming ``extra_config`` when the generated XML does not parse."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        ET.fromstring(xml)
+    except ET.ParseError as exc:
+        where = "extra_config " if extra else ""
+        raise BrokerError(f"{broker} option {where}gives XML that does not parse: {exc}") from exc
+
+
 def jvm_profile_argv(argv: list[str], profile: Profile) -> tuple[list[str], dict[str, Any]]:
     """``argv`` (``argv[0]`` is java) with the profile's heap and processor count.
 
