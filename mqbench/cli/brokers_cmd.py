@@ -1,4 +1,4 @@
-"""``mqbench brokers up|down|status|logs``: work with a broker by hand.
+"""``mqbench brokers up|down|status|logs|fetch``: work with a broker by hand.
 
 ``up`` starts a target's broker with the native or docker runtime and leaves it running;
 what is needed to find it again (PID and its start time, or the compose project) goes into
@@ -6,7 +6,9 @@ a state file, one per target and runtime, in ``$MQBENCH_STATE_DIR`` (default
 ``$XDG_CACHE_HOME/mqbench/brokers`` or ``~/.cache/mqbench/brokers``), next to the broker's
 work directory (config and log). ``down`` stops it (native: SIGTERM to its process group,
 SIGKILL after 10 s; docker: ``docker compose down -v``), ``status`` shows what runs and
-``logs`` prints the log tail.
+``logs`` prints the log tail. ``up --profile`` with the native runtime puts the broker into a
+cgroup of its own (docs/brokers.md), which ``down`` removes. ``fetch`` downloads the Java
+brokers' jars from Maven Central into the cache (``mqbench/brokers/maven.py``).
 """
 
 from __future__ import annotations
