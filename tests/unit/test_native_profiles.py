@@ -208,3 +208,15 @@ def test_run_without_cgroup_access_fails_in_one_line_before_creating_results(
     assert lines[0].startswith("error: cannot create cgroup ")
     assert "native resource profiles need write access" in lines[0]
     assert not (out / "nocg").exists()
+
+
+def test_run_with_an_unknown_profile_is_one_line_before_creating_results(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: unk\ntargets: [mosquitto]\nresources: 3cpu\n")
+    out = tmp_path / "results"
+    result = CliRunner().invoke(app, ["run", str(scenario), "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: unknown resources profile '3cpu' (known: 1cpu-2g, 2cpu-4g, 4cpu-8g, unlimited)"
+    )
+    assert not (out / "unk").exists()
