@@ -279,11 +279,11 @@ class NativeRuntime:
     ) -> NativeBroker:
         limiter, options = NativeLimiter.from_options(request.options)
         plan = spec.prepare(binary, request.workdir, request.host, port, options)
+        version = spec.version(binary)
         argv = plan.argv
         if limiter is not None:
             plan = limiter.tune(spec, plan, options)
-            argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")
-        version = spec.version(binary)
+            argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
         try:
             with log_path.open("wb") as log:
