@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install everything mqbench needs: Debian packages (brokers, Java for Spark) when run as
-# root with apt, then a virtualenv in .venv with mqbench and its Python dependencies.
+# Install everything mqbench needs: Debian packages (brokers, a JDK for Spark and the Java
+# brokers, Maven) when run as root with apt, then a virtualenv in .venv with mqbench and its
+# Python dependencies, then the Java brokers' jars from Maven Central (HiveMQ CE, Artemis).
 #   scripts/install.sh          runtime dependencies
 #   scripts/install.sh --dev    plus test and lint tools
 # Without root it installs what it can and lists what is missing.
@@ -11,15 +12,17 @@ DEV=0
 [[ "${1:-}" == "--dev" ]] && DEV=1
 
 # Debian packages: brokers with a native runtime, their command-line clients (used as
-# interoperability peers in tests), and a JRE for PySpark.
+# interoperability peers in tests), Maven (fetches HiveMQ CE and Artemis), and a JDK for
+# PySpark and the Java brokers (javac compiles their small launchers once).
 APT_PACKAGES=(
     mosquitto mosquitto-clients          # target mosquitto; mosquitto_pub/sub as test peers
     redis-server                         # target redis; persistence for the built-in broker
     rabbitmq-server                      # targets rabbitmq-mqtt, rabbitmq-amqp
     activemq libmqtt-client-java         # target activemq (its MQTT connector needs the jar)
     postgresql                           # persistence backend of the built-in broker
+    maven                                # targets hivemq, artemis: jars from Maven Central
 )
-JAVA_PACKAGE=openjdk-17-jre-headless
+JAVA_PACKAGE=openjdk-17-jdk-headless
 
 say() { printf 'mqbench install: %s\n' "$*"; }
 
@@ -35,7 +38,7 @@ need=()
 if command -v dpkg-query >/dev/null 2>&1; then
     mapfile -t need < <(missing_packages "${APT_PACKAGES[@]}")
 fi
-if ! command -v java >/dev/null 2>&1; then
+if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     need+=("$JAVA_PACKAGE")
 fi
 
@@ -87,5 +90,16 @@ if ((DEV)); then
     .venv/bin/python -m pip install --quiet -e ".[dev]"
 else
     .venv/bin/python -m pip install --quiet -e .
+fi
+# HiveMQ CE and ActiveMQ Artemis: pinned jars from Maven Central into ~/.cache/mqbench/maven
+# (MQBENCH_MAVEN_CACHE), launchers compiled once; a no-op when they are already there.
+if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+    if ! .venv/bin/mqbench brokers fetch; then
+        say "WARNING: could not fetch the Java brokers (above); targets hivemq and artemis"
+        say "         will say so and refuse to run; retry with: .venv/bin/mqbench brokers fetch"
+    fi
+else
+    say "WARNING: mvn or javac is missing; targets hivemq and artemis cannot be fetched"
+    say "         install them with: sudo apt-get install maven $JAVA_PACKAGE"
 fi
 say "done: $(.venv/bin/mqbench version)"

@@ -6,6 +6,10 @@ with stdout and stderr in ``<workdir>/<spec>.log``, and waits until a protocol-l
 succeeds, the process exits, or ``startup_timeout_s`` passes. Whatever fails, nothing it
 started is left running. ``NativeBroker.stop`` sends SIGTERM to the broker's PID, waits up
 to 10 s, then SIGKILLs it.
+
+A ``resources`` option (a profile) goes to ``native_profiles.NativeLimiter``: the spec's
+thread knobs are applied to the plan, the broker starts inside a cgroup of its own, and the
+cgroup is removed after the broker stopped (``info["resources"]`` records what was applied).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.native_profiles import NativeLimiter
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.specs import native_specs
 from mqbench.brokers.specs.base import NativeSpec
@@ -66,13 +71,15 @@ class NativeBroker:
         info: dict[str, Any],
         log_path: Path,
         companions: Callable[[], list[int]] | None = None,
+        on_stopped: Callable[[], None] | None = None,
     ) -> None:
         """Wrap a started process; ``name`` is used in messages (e.g. ``mosquitto``).
 
         ``companions`` lists, when called, processes outside the broker's tree to stop after
-        it (``NativeSpec.companion_pids``).
+        it (``NativeSpec.companion_pids``); ``on_stopped`` runs last (cgroup removal).
         """
         self._companions = companions
+        self._on_stopped = on_stopped
         self.name = name
         self._process = process
         self._endpoint = endpoint
@@ -129,6 +136,9 @@ class NativeBroker:
                     self._info["companion_pids"] = pids
                     for pid in pids:
                         stop_pid(pid)
+            if self._on_stopped is not None:
+                with contextlib.suppress(Exception):
+                    self._on_stopped()
 
     def _terminate(self) -> None:
         proc = self._process
@@ -180,6 +190,16 @@ def stop_pid(pid: int, grace_s: float = STOP_GRACE_S) -> None:
             time.sleep(POLL_INTERVAL_S)
 
 
+def _releaser(limiter: NativeLimiter, info: dict[str, Any]) -> Callable[[], None]:
+    """Removes the broker's cgroup and records the outcome in its manifest facts."""
+
+    def release() -> None:
+        limiter.release()
+        info["resources"] = limiter.describe()
+
+    return release
+
+
 class _PortClash(BrokerError):
     """The broker lost the race for a port mqbench picked itself."""
 
@@ -204,7 +224,8 @@ class NativeRuntime:
     @staticmethod
     def _no_spec_reason(target: Target) -> str:
         if target.native_source is None:
-            return f"{target.name} runs in Docker only (no native package); use the docker runtime"
+            why = target.docker_only or "no native package"
+            return f"{target.name} runs in Docker only: {why}; use the docker runtime"
         return (
             f"no native runtime for {target.name} in this version "
             f"(it would come from: {target.native_source})"
@@ -225,7 +246,7 @@ class NativeRuntime:
 
     @staticmethod
     def _missing_binary_reason(spec: NativeSpec) -> str:
-        return f"{spec.executable} not found; install it with: {spec.install_hint}"
+        return spec.missing_reason()
 
     def start(self, request: StartRequest) -> NativeBroker:
         """Start the target's broker and return once it answers the protocol probe."""
@@ -256,13 +277,18 @@ class NativeRuntime:
     def _start_once(
         self, spec: NativeSpec, binary: Path, request: StartRequest, port: int, auto_port: bool
     ) -> NativeBroker:
-        plan = spec.prepare(binary, request.workdir, request.host, port, request.options)
+        limiter, options = NativeLimiter.from_options(request.options)
+        plan = spec.prepare(binary, request.workdir, request.host, port, options)
         version = spec.version(binary)
+        argv = plan.argv
+        if limiter is not None:
+            plan = limiter.tune(spec, plan, options)
+            argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
         try:
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    plan.argv,
+                    argv,
                     cwd=request.workdir,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -271,6 +297,8 @@ class NativeRuntime:
                     close_fds=True,
                 )
         except OSError as exc:
+            if limiter is not None:
+                limiter.release()
             raise BrokerError(f"cannot start {spec.name} ({binary}): {exc}") from exc
         info: dict[str, Any] = {
             "name": spec.name,
@@ -286,7 +314,11 @@ class NativeRuntime:
             "pid": process.pid,
             "log_path": str(log_path),
             "settings": dict(plan.settings),
+            "resources": limiter.describe() if limiter is not None else None,
         }
+        on_stopped = None
+        if limiter is not None:
+            on_stopped = _releaser(limiter, info)
         broker = NativeBroker(
             spec.name,
             process,
@@ -294,6 +326,7 @@ class NativeRuntime:
             info,
             log_path,
             companions=lambda: spec.companion_pids(plan),
+            on_stopped=on_stopped,
         )
         try:
             self._wait_ready(spec, broker, process, request, port, auto_port)

@@ -1,4 +1,7 @@
-"""Resource profiles for brokers in containers: CPU and memory limits plus matched threads.
+"""Resource profiles for brokers: CPU and memory limits plus matched threads.
+
+The Docker runtime applies them as container limits (below); the native runtime as a cgroup
+per broker with the same thread settings (``native_profiles.py``, docs/brokers.md).
 
 The mq-bench paper ran every broker in a container on VMs of 1 vCPU / 2 GB, 2 vCPU / 4 GB
 and 4 vCPU / 8 GB and tuned thread pools to the vCPUs. A profile reproduces one such size

@@ -3,7 +3,8 @@
 A target names its broker, the transport mqbench uses for it, the broker's usual port and
 the native spec (``mqbench/brokers/specs``) that runs it as a local process, if any. Where
 ``native_spec`` is None, ``native_source`` tells whether a native runtime is possible at
-all (a Debian or PyPI package) or the broker runs in Docker only (None).
+all (a Debian, PyPI or Maven package) or the broker runs in Docker only (None), and then
+``docker_only`` says why in one line.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Target:
     """Name of the native spec that runs it here; None when mqbench has none (yet)."""
     native_source: str | None = None
     """Where a native install would come from; None means the broker is Docker only."""
+    docker_only: str = ""
+    """Why a Docker-only broker has no native runtime (one line)."""
 
 
 _TARGETS: tuple[Target, ...] = (
@@ -41,8 +44,25 @@ _TARGETS: tuple[Target, ...] = (
         "mosquitto",
         "Debian package mosquitto",
     ),
-    Target("emqx", "EMQX 5.8", "mqtt", "EMQX 5.8 (last Apache-2.0 line) over MQTT", 1883, None),
-    Target("hivemq", "HiveMQ CE", "mqtt", "HiveMQ Community Edition over MQTT", 1883, None),
+    Target(
+        "emqx",
+        "EMQX 5.8",
+        "mqtt",
+        "EMQX 5.8 (last Apache-2.0 line) over MQTT",
+        1883,
+        None,
+        docker_only="EMQX is in no registry this machine reaches (no Debian, PyPI, npm or "
+        "Maven package; its builds are Docker images and vendor downloads)",
+    ),
+    Target(
+        "hivemq",
+        "HiveMQ CE",
+        "mqtt",
+        "HiveMQ Community Edition over MQTT",
+        1883,
+        "hivemq",
+        "Maven Central com.hivemq:hivemq-community-edition-embedded (embedded launcher)",
+    ),
     Target(
         "rabbitmq-mqtt",
         "RabbitMQ",
@@ -61,7 +81,15 @@ _TARGETS: tuple[Target, ...] = (
         "rabbitmq-amqp",
         "Debian package rabbitmq-server",
     ),
-    Target("artemis", "ActiveMQ Artemis", "mqtt", "ActiveMQ Artemis over MQTT", 1883, None),
+    Target(
+        "artemis",
+        "ActiveMQ Artemis",
+        "mqtt",
+        "ActiveMQ Artemis over MQTT",
+        1883,
+        "artemis",
+        "Maven Central org.apache.artemis:artemis-server + artemis-mqtt-protocol (embedded)",
+    ),
     Target(
         "activemq",
         "ActiveMQ Classic 5.17",
@@ -105,6 +133,8 @@ _TARGETS: tuple[Target, ...] = (
         "TBMQ 2.x with Kafka, Valkey and PostgreSQL, over MQTT",
         1883,
         None,
+        docker_only="TBMQ is published in no package registry (only as Docker images), and "
+        "needs Kafka, Valkey and PostgreSQL beside it",
     ),
     Target(
         "tbmq-style",

@@ -1,4 +1,4 @@
-"""``mqbench brokers up|down|status|logs``: work with a broker by hand.
+"""``mqbench brokers up|down|status|logs|fetch``: work with a broker by hand.
 
 ``up`` starts a target's broker with the native or docker runtime and leaves it running;
 what is needed to find it again (PID and its start time, or the compose project) goes into
@@ -6,7 +6,9 @@ a state file, one per target and runtime, in ``$MQBENCH_STATE_DIR`` (default
 ``$XDG_CACHE_HOME/mqbench/brokers`` or ``~/.cache/mqbench/brokers``), next to the broker's
 work directory (config and log). ``down`` stops it (native: SIGTERM to its process group,
 SIGKILL after 10 s; docker: ``docker compose down -v``), ``status`` shows what runs and
-``logs`` prints the log tail.
+``logs`` prints the log tail. ``up --profile`` with the native runtime puts the broker into a
+cgroup of its own (docs/brokers.md), which ``down`` removes. ``fetch`` downloads the Java
+brokers' jars from Maven Central into the cache (``mqbench/brokers/maven.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.table import Table
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.docker import ComposeProject, DockerBroker, DockerCli
 from mqbench.brokers.native import NativeBroker, read_tail
+from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.targets import get_target
@@ -192,6 +195,18 @@ def stop_native(state: BrokerState, grace_s: float = STOP_GRACE_S) -> str:
     return "killed after SIGTERM timed out"
 
 
+def remove_native_cgroup(state: BrokerState) -> str:
+    """Remove the cgroup a native profile created for the broker ('' or what happened)."""
+    from mqbench.brokers.cgroups import remove_cgroup_dirs
+
+    cgroup = (state.info.get("resources") or {}).get("cgroup") or {}
+    paths = [Path(p) for p in (cgroup.get("paths") or {}).values()]
+    if not paths:
+        return ""
+    error = remove_cgroup_dirs(paths)
+    return f"; {error}" if error else "; its cgroup removed"
+
+
 def _check_runtime(runtime: str) -> None:
     if runtime not in MANUAL_RUNTIMES:
         raise UsageError(f"--runtime must be one of {', '.join(MANUAL_RUNTIMES)}, not {runtime!r}")
@@ -209,10 +224,10 @@ def start_broker(
     """Start ``target`` with ``runtime``, leave it running and record its state."""
     _check_runtime(runtime)
     get_target(target)
-    if profile is not None and runtime != "docker":
-        raise UsageError("--profile sets container limits; it needs --runtime docker")
     if profile is not None and profile not in profile_names():
         raise UsageError(f"unknown profile {profile!r} (known: {', '.join(profile_names())})")
+    if profile is not None and runtime == "native":
+        check_native_profile(profile)
     for old in find_states(target, runtime):
         if state_status(old) != "stopped":
             raise BrokerError(
@@ -246,6 +261,7 @@ def start_broker(
         with contextlib.suppress(psutil.Error):
             state.pid_create_time = psutil.Process(pid).create_time()
         state.log_path = str(broker.log_path)
+        state.profile = profile
     elif isinstance(broker, DockerBroker):
         state.project = broker.project.name
         state.compose_file = str(broker.project.file)
@@ -272,6 +288,7 @@ def stop_broker(target: str, runtime: str | None) -> list[tuple[BrokerState, str
     for state in states:
         if state.runtime == "native":
             outcome = stop_native(state)
+            outcome += remove_native_cgroup(state)
         else:
             proc = state.project_handle().down()
             if proc.returncode != 0:
@@ -303,7 +320,11 @@ def up(
     runtime: RuntimeOption = "native",
     profile: Annotated[
         str | None,
-        typer.Option("--profile", help="docker resource profile: " + ", ".join(profile_names())),
+        typer.Option(
+            "--profile",
+            help="resource profile (container limits, or a cgroup for native): "
+            + ", ".join(profile_names()),
+        ),
     ] = None,
     port: Annotated[
         int | None, typer.Option("--port", help="Host port for clients (default: a free one).")
@@ -377,6 +398,40 @@ def status(
                 s.profile or "-",
             )
         console.print(table)
+
+    guarded(go)
+
+
+@brokers_app.command("fetch")
+def fetch(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[TARGET]...", help="Java brokers to fetch (default: all)."),
+    ] = None,
+) -> None:
+    """Fetch the Java brokers' jars from Maven Central into the cache (needs mvn and javac).
+
+    Example: mqbench brokers fetch artemis hivemq
+    """
+
+    def go() -> None:
+        from mqbench.brokers import maven
+        from mqbench.brokers.specs import maven_distributions
+
+        dists = maven_distributions()
+        names = targets or list(dists)
+        for name in names:
+            if name not in dists:
+                get_target(name)  # an unknown target: ScenarioError listing the known ones
+                raise UsageError(
+                    f"{name} is not fetched from Maven (Java brokers: {', '.join(dists)})"
+                )
+        for name in names:
+            dist = dists[name]
+            already = maven.installed(dist) is not None
+            found = maven.fetch(dist)
+            what = "already in the cache" if already else f"fetched {len(found.jars)} jars"
+            console.print(f"{name} {dist.version}: {what} ({found.directory})")
 
     guarded(go)
 

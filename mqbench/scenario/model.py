@@ -388,7 +388,9 @@ class Scenario(_Strict):
         default=[None], description="client per protocol (matrix axis); None = the lean default"
     )
     resources: list[str | None] = Field(
-        default=[None], description="docker resource profiles (matrix axis), e.g. 2cpu-4g"
+        default=[None],
+        description="resource profiles (matrix axis), e.g. 2cpu-4g: container limits (docker) "
+        "or a cgroup per broker (native)",
     )
     workload: Workload = Workload()
     search: Search | None = None
@@ -412,10 +414,10 @@ class Scenario(_Strict):
     def _combinations(self) -> Scenario:
         if self.runtime == "external" and self.broker.port is None:
             raise ValueError("runtime 'external' needs broker.port (where the broker listens)")
-        if self.runtime != "docker" and any(r is not None for r in self.resources):
+        if self.runtime == "external" and any(r is not None for r in self.resources):
             raise ValueError(
-                f"resources profiles set CPU/memory limits of containers; runtime "
-                f"{self.runtime!r} cannot apply them (use runtime: docker)"
+                "resources profiles limit brokers mqbench starts; runtime 'external' cannot "
+                "apply them (use runtime: native or docker)"
             )
         if self.faults is not None:
             self._check_faults(self.faults)

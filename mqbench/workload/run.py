@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
+from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
@@ -117,6 +118,10 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
             raise ScenarioError(
                 f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
             )
+        if profile is not None and scenario.runtime == "native":
+            # More CPUs than the machine has, or no cgroup write access: refused here,
+            # before a result folder exists or a broker starts.
+            check_native_profile(profile)
     cpus = os.cpu_count() or 1
     for cell in cells:
         worker_count(scenario.generator.workers, cell.connections, cpus)

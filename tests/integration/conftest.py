@@ -32,7 +32,7 @@ def native_broker(tmp_path: Path) -> Iterator[NativeBrokerFactory]:
     ) -> RunningBroker:
         spec = runtime.spec_for(target)
         if spec.find_binary() is None:
-            pytest.skip(f"{spec.executable} is not installed; install it with: {spec.install_hint}")
+            pytest.skip(spec.missing_reason())
         workdir = tmp_path / f"broker-{target}-{len(started)}"
         broker = runtime.start(
             StartRequest(
@@ -79,7 +79,7 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeBr
     def start(target: str, *, startup_timeout_s: float = 30.0, **options: Any) -> RunningBroker:
         spec = runtime.spec_for(target)
         if spec.find_binary() is None:
-            pytest.skip(f"{spec.executable} is not installed; install it with: {spec.install_hint}")
+            pytest.skip(spec.missing_reason())
         broker = runtime.start(
             StartRequest(
                 target=target,
@@ -122,3 +122,18 @@ def rabbitmq_amqp(rabbitmq: RunningBroker) -> Endpoint:
 def activemq(module_broker: NativeBrokerFactory) -> RunningBroker:
     """A native ActiveMQ Classic with one MQTT connector, shared by the test module."""
     return module_broker("activemq", startup_timeout_s=60.0)
+
+
+# --- HiveMQ CE and Artemis (Maven Central jars): one JVM per test module ------------------
+
+
+@pytest.fixture(scope="module")
+def hivemq(module_broker: NativeBrokerFactory) -> RunningBroker:
+    """A native embedded HiveMQ CE with one loopback listener, shared by the test module."""
+    return module_broker("hivemq", startup_timeout_s=60.0)
+
+
+@pytest.fixture(scope="module")
+def artemis(module_broker: NativeBrokerFactory) -> RunningBroker:
+    """A native embedded ActiveMQ Artemis with one MQTT acceptor, shared by the test module."""
+    return module_broker("artemis", startup_timeout_s=60.0)

@@ -55,3 +55,36 @@ def test_mosquitto_started_by_hand_outlives_the_cli_and_stops_by_pid(tmp_path: P
     finally:
         if psutil.pid_exists(pid):
             psutil.Process(pid).kill()
+
+
+@pytest.mark.skipif(
+    shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists(),
+    reason="mosquitto is not installed (apt-get install mosquitto)",
+)
+def test_a_native_profile_by_hand_puts_the_broker_in_a_cgroup_that_down_removes(
+    tmp_path: Path,
+) -> None:
+    from mqbench.brokers.cgroups import CgroupError, CgroupManager, remove_cgroup_dirs
+
+    try:
+        CgroupManager().check_writable()
+    except CgroupError as exc:
+        pytest.skip(f"cgroups not writable here: {exc}")
+    state = tmp_path / "state"
+    up = brokers(state, "up", "mosquitto", "--profile", "1cpu-2g")
+    assert up.returncode == 0, up.stderr + up.stdout
+    recorded = json.loads((state / "mosquitto-native.json").read_text())
+    pid = recorded["pid"]
+    paths = [Path(p) for p in recorded["info"]["resources"]["cgroup"]["paths"].values()]
+    try:
+        assert recorded["profile"] == "1cpu-2g"
+        assert all(str(pid) in (p / "cgroup.procs").read_text().split() for p in paths)
+        assert "1cpu-2g" in brokers(state, "status").stdout
+        down = brokers(state, "down", "mosquitto")
+        assert down.returncode == 0
+        assert "mosquitto (native): stopped; its cgroup removed" in down.stdout
+        assert not any(p.exists() for p in paths)
+    finally:
+        if psutil.pid_exists(pid):
+            psutil.Process(pid).kill()
+        remove_cgroup_dirs(paths)

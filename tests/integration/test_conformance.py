@@ -37,8 +37,17 @@ TARGETS = [
     "rabbitmq-amqp",
     "activemq",
     "tbmq-style",
+    # The Java brokers from Maven Central: one JVM per broker for the whole module.
+    pytest.param("hivemq", marks=pytest.mark.slow),
+    pytest.param("artemis", marks=pytest.mark.slow),
 ]
-SLOW_BOOT = {"rabbitmq-mqtt": 120.0, "rabbitmq-amqp": 120.0, "activemq": 60.0}
+SLOW_BOOT = {
+    "rabbitmq-mqtt": 120.0,
+    "rabbitmq-amqp": 120.0,
+    "activemq": 60.0,
+    "hivemq": 60.0,
+    "artemis": 60.0,
+}
 N = 200
 MIB = 1024 * 1024
 
@@ -67,7 +76,7 @@ def conf(request: pytest.FixtureRequest) -> Iterator[Conformance]:
     runtime = NativeRuntime()
     spec = runtime.spec_for(target)
     if spec.find_binary() is None:
-        pytest.skip(f"{target}: {spec.executable} is not installed ({spec.install_hint})")
+        pytest.skip(f"{target}: {spec.missing_reason()}")
     with tempfile.TemporaryDirectory(prefix=f"mqbench-conf-{target}-") as tmp:
         broker = runtime.start(
             StartRequest(

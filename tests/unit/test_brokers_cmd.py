@@ -61,10 +61,23 @@ def native_state(proc: subprocess.Popen[bytes], log: Path) -> BrokerState:
     return state
 
 
-def test_profile_without_docker_runtime_is_a_usage_error() -> None:
-    code, out = invoke("up", "mosquitto", "--profile", "2cpu-4g")
+def test_a_native_profile_larger_than_the_machine_is_refused_before_starting(
+    monkeypatch: pytest.MonkeyPatch, state_folder: Path
+) -> None:
+    monkeypatch.setattr("mqbench.brokers.native_profiles.machine_cpus", lambda: [0, 1])
+    code, out = invoke("up", "mosquitto", "--profile", "4cpu-8g")
+    assert code == 1
+    assert out.startswith(
+        "error: resources profile '4cpu-8g' asks for 4 CPUs but this machine has 2 (CPUs 0-1)"
+    )
+    assert len(out.strip().splitlines()) == 1
+    assert not state_folder.exists()
+
+
+def test_an_unknown_profile_is_a_usage_error() -> None:
+    code, out = invoke("up", "mosquitto", "--profile", "8cpu")
     assert code == 2
-    assert "error: --profile sets container limits; it needs --runtime docker" in out
+    assert "error: unknown profile '8cpu' (known: 1cpu-2g, 2cpu-4g, 4cpu-8g, unlimited)" in out
 
 
 def test_unknown_runtime_and_target_are_rejected_in_one_line() -> None:

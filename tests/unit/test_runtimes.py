@@ -50,8 +50,8 @@ def test_native_runtime_explains_targets_it_cannot_run(target: str, reason: str)
 def test_native_runtime_start_of_an_unsupported_target_raises_the_same_reason(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(BrokerError, match="hivemq runs in Docker only"):
-        NativeRuntime().start(StartRequest(target="hivemq", workdir=tmp_path))
+    with pytest.raises(BrokerError, match="emqx runs in Docker only: EMQX is in no registry"):
+        NativeRuntime().start(StartRequest(target="emqx", workdir=tmp_path))
 
 
 def test_unknown_target_is_a_scenario_error_for_every_runtime() -> None:

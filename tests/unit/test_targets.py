@@ -62,6 +62,8 @@ def test_targets_with_a_native_runtime_name_specs_that_exist() -> None:
         "rabbitmq-mqtt": "rabbitmq-mqtt",
         "rabbitmq-amqp": "rabbitmq-amqp",
         "activemq": "activemq",
+        "hivemq": "hivemq",
+        "artemis": "artemis",
         "nats": "nats",
         "redis": "redis",
         "zenoh": "zenoh",
@@ -71,9 +73,17 @@ def test_targets_with_a_native_runtime_name_specs_that_exist() -> None:
     assert set(native_specs()) == set(expected.values())
 
 
-@pytest.mark.parametrize("name", ["emqx", "hivemq", "artemis", "tbmq"])
-def test_docker_only_brokers_have_no_native_source(name: str) -> None:
-    assert get_target(name).native_source is None
+@pytest.mark.parametrize("name", ["emqx", "tbmq"])
+def test_docker_only_brokers_have_no_native_source_and_say_why(name: str) -> None:
+    target = get_target(name)
+    assert target.native_source is None
+    assert "registry" in target.docker_only
+    assert "\n" not in target.docker_only
+
+
+@pytest.mark.parametrize("name", ["hivemq", "artemis"])
+def test_the_java_brokers_come_from_maven_central(name: str) -> None:
+    assert (get_target(name).native_source or "").startswith("Maven Central ")
 
 
 def test_unknown_target_error_lists_the_known_ones() -> None:

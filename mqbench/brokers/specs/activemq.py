@@ -26,12 +26,16 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import quoteattr
 
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, merged_options
+from mqbench.brokers.specs.jvm import jvm_profile_argv, refuse_heap_with_profile
 from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
+
+if TYPE_CHECKING:
+    from mqbench.brokers.profiles import Profile
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 LAUNCHER_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
@@ -169,6 +173,7 @@ class ActiveMqSpec(NativeSpec):
             f"xbean:file:{config_path}",
         ]
         settings: dict[str, Any] = {
+            "heap_min": "64m",
             "heap_max": heap,
             "memory_limit_mb": int(opts["memory_limit_mb"]),
             "max_connections": int(opts["max_connections"]),
@@ -180,6 +185,17 @@ class ActiveMqSpec(NativeSpec):
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(argv=argv, config_path=config_path, config_text=xml, settings=settings)
+
+    def tune_for_profile(
+        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
+    ) -> tuple[LaunchPlan, dict[str, Any]]:
+        """``-XX:ActiveProcessorCount`` and the profile's fixed heap (half its memory)."""
+        refuse_heap_with_profile("activemq", options, profile)
+        argv, knobs = jvm_profile_argv(plan.argv, profile)
+        settings = dict(plan.settings)
+        if "heap_max" in knobs:
+            settings.update(heap_min=knobs["heap_min"], heap_max=knobs["heap_max"])
+        return LaunchPlan(argv, plan.config_path, plan.config_text, settings), knobs
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """An MQTT 3.1.1 CONNECT answered by a CONNACK (the MQTT codec is loaded)."""

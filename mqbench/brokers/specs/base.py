@@ -16,7 +16,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mqbench.brokers.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,22 @@ class NativeSpec(ABC):
     @abstractmethod
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """One protocol-level readiness probe, bounded by ``timeout_s``; never raises."""
+
+    def missing_reason(self) -> str:
+        """One line saying what is missing when ``find_binary`` returns None, and the fix."""
+        return f"{self.executable} not found; install it with: {self.install_hint}"
+
+    def tune_for_profile(
+        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
+    ) -> tuple[LaunchPlan, dict[str, Any]]:
+        """Apply a resource profile's thread (and heap) settings to the launch plan.
+
+        A CPU quota does not change how many CPUs a runtime *sees*, so Go, the BEAM and the
+        JVM would size their pools to the host (``mqbench/brokers/profiles.py``). Returns
+        the new plan and the settings applied, for the manifest. Default: the broker has no
+        such setting (single-threaded brokers, or none is known) and nothing changes.
+        """
+        return plan, {}
 
     def companion_pids(self, plan: LaunchPlan) -> list[int]:
         """Processes the broker started outside its own process tree that must stop with it.

@@ -20,7 +20,7 @@ import sysconfig
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mqbench.brokers.net import recv_line, tcp_connect
 from mqbench.brokers.specs.base import (
@@ -30,6 +30,9 @@ from mqbench.brokers.specs.base import (
     merged_options,
     run_for_output,
 )
+
+if TYPE_CHECKING:
+    from mqbench.brokers.profiles import Profile
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -95,6 +98,17 @@ class NatsSpec(NativeSpec):
             config_text=text,
             settings=settings,
         )
+
+    def tune_for_profile(
+        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
+    ) -> tuple[LaunchPlan, dict[str, Any]]:
+        """``GOMAXPROCS=<cpus>`` in the server's environment (through ``/usr/bin/env``)."""
+        if profile.cpus is None:
+            return plan, {}
+        argv = ["/usr/bin/env", f"GOMAXPROCS={profile.cpus}", *plan.argv]
+        return LaunchPlan(argv, plan.config_path, plan.config_text, plan.settings), {
+            "GOMAXPROCS": profile.cpus
+        }
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """Read the server's ``INFO`` line, then ``CONNECT`` + ``PING`` and expect ``PONG``.

@@ -35,12 +35,15 @@ import struct
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
+
+if TYPE_CHECKING:
+    from mqbench.brokers.profiles import Profile
 
 DEFAULTS: dict[str, Any] = {
     "amqp_port": None,
@@ -245,6 +248,17 @@ class RabbitMqSpec(NativeSpec):
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
+
+    def tune_for_profile(
+        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
+    ) -> tuple[LaunchPlan, dict[str, Any]]:
+        """Erlang schedulers ``+S N:N`` added to ``RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS``."""
+        if not profile.erl_flags:
+            return plan, {}
+        key = "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="
+        argv = [f"{arg} {profile.erl_flags}" if arg.startswith(key) else arg for arg in plan.argv]
+        tuned = LaunchPlan(argv, plan.config_path, plan.config_text, plan.settings)
+        return tuned, {"erl_flags": profile.erl_flags}
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """``Connection.Start`` on the AMQP port (+ a CONNACK on the MQTT port for mqtt).

@@ -1,0 +1,157 @@
+"""HiveMQ Community Edition as a native process: the embedded edition from Maven Central.
+
+``com.hivemq:hivemq-community-edition-embedded`` is started by
+``mqbench/brokers/java/HiveMQLauncher.java`` (``EmbeddedHiveMQ.builder()`` with config, data
+and extensions folders in the work directory). See docs/brokers.md.
+
+``conf/config.xml``: one ``tcp-listener`` on 127.0.0.1:<port>; anonymous usage statistics
+OFF (on by default: HiveMQ would report to its vendor over the internet); in-memory
+persistence (no disk I/O in the measured path; option ``persistence: file`` restores the
+default); ``max-queue-size`` 100000 per client (stock 1000, trimmed silently at benchmark
+rates, the same reasoning as mosquitto's ``max_queued_messages``). No extension is installed,
+so HiveMQ allows every client ("Setting default authentication behavior to ALLOW ALL").
+``conf/logback.xml``: console at INFO -> ``<workdir>/hivemq.log``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from mqbench.brokers.maven import Artifact, JavaDistribution
+from mqbench.brokers.specs.base import LaunchPlan, merged_options
+from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
+from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.errors import BrokerError
+
+HIVEMQ_VERSION = "2025.5"
+"""Newest ``hivemq-community-edition-embedded`` release Maven Central serves here."""
+
+DISTRIBUTION = JavaDistribution(
+    name="hivemq",
+    version=HIVEMQ_VERSION,
+    artifacts=(Artifact("com.hivemq", "hivemq-community-edition-embedded", HIVEMQ_VERSION),),
+    launcher="HiveMQLauncher",
+)
+
+DEFAULTS: dict[str, Any] = {
+    "heap": None,
+    "heap_min": None,
+    "persistence": "in-memory",
+    "max_queue_size": 100000,
+    "queue_strategy": "discard",
+    "extra_config": "",
+}
+"""Broker options: ``heap`` (default 1g), ``heap_min`` (default = heap), ``persistence``
+(``in-memory`` | ``file``), ``max_queue_size`` and ``queue_strategy`` (``discard`` |
+``discard-oldest``) of each client's queue, ``extra_config`` (XML inserted into
+``<hivemq>``)."""
+DEFAULT_HEAP = "1g"
+
+LOGBACK_XML = """\
+<!-- written by mqbench (mqbench/brokers/specs/hivemq.py) -->
+<configuration scan="false">
+  <appender name="CONSOLE" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{ISO8601} %-5level - %msg%n%ex</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="CONSOLE"/></root>
+  <logger name="jetbrains.exodus" level="WARN"/>
+  <logger name="oshi" level="ERROR"/>
+  <logger name="com.google.common.util.concurrent.Futures.CombinedFuture" level="OFF"/>
+</configuration>
+"""
+
+
+def config_xml(
+    host: str, port: int, persistence: str, max_queue_size: int, strategy: str, extra: str
+) -> str:
+    """HiveMQ's ``config.xml`` for one instance (see the module docstring)."""
+    return f"""\
+<?xml version="1.0"?>
+<!-- written by mqbench (mqbench/brokers/specs/hivemq.py) -->
+<hivemq>
+  <listeners>
+    <tcp-listener>
+      <port>{port}</port>
+      <bind-address>{escape(host)}</bind-address>
+    </tcp-listener>
+  </listeners>
+  <mqtt>
+    <queued-messages>
+      <max-queue-size>{max_queue_size}</max-queue-size>
+      <strategy>{escape(strategy)}</strategy>
+    </queued-messages>
+  </mqtt>
+  <persistence>
+    <mode>{escape(persistence)}</mode>
+  </persistence>
+  <anonymous-usage-statistics>
+    <enabled>false</enabled>
+  </anonymous-usage-statistics>
+{extra}
+</hivemq>
+"""
+
+
+class HiveMqSpec(MavenJvmSpec):
+    """Embedded HiveMQ CE with one loopback TCP listener and no phoning home."""
+
+    name = "hivemq"
+    distribution = DISTRIBUTION
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Write ``conf/config.xml`` and ``conf/logback.xml``; return the launcher argv."""
+        opts = merged_options("hivemq", DEFAULTS, options)
+        heap = check_heap("hivemq", "heap", opts["heap"] or DEFAULT_HEAP)
+        heap_min = check_heap("hivemq", "heap_min", opts["heap_min"] or heap)
+        persistence = str(opts["persistence"])
+        if persistence not in ("in-memory", "file"):
+            raise BrokerError(
+                f"hivemq option persistence: {persistence!r} is not in-memory or file"
+            )
+        strategy = str(opts["queue_strategy"])
+        if strategy not in ("discard", "discard-oldest"):
+            raise BrokerError(
+                f"hivemq option queue_strategy: {strategy!r} is not discard or discard-oldest"
+            )
+        max_queue = int(opts["max_queue_size"])
+        base = workdir.resolve()
+        conf, data, extensions = (base / d for d in ("conf", "data", "extensions"))
+        for directory in (conf, data, extensions):
+            directory.mkdir(parents=True, exist_ok=True)
+        extra = str(opts["extra_config"]).strip()
+        xml = config_xml(host, port, persistence, max_queue, strategy, extra)
+        check_well_formed("hivemq", xml, extra)
+        config_path = conf / "config.xml"
+        config_path.write_text(xml, encoding="utf-8")
+        (conf / "logback.xml").write_text(LOGBACK_XML, encoding="utf-8")
+        argv = self.java_argv(
+            binary,
+            base,
+            heap_min,
+            heap,
+            {},
+            [str(conf), str(data), str(extensions)],
+        )
+        settings: dict[str, Any] = {
+            "heap_min": heap_min,
+            "heap_max": heap,
+            "persistence": persistence,
+            "max_queue_size": max_queue,
+            "queue_strategy": strategy,
+            "anonymous_usage_statistics": False,
+            "extensions": [],
+            "authentication": "allow all (no extension installed)",
+            "artifacts": [a.coordinates for a in DISTRIBUTION.artifacts],
+        }
+        if extra:
+            settings["extra_config"] = extra
+        return LaunchPlan(argv=argv, config_path=config_path, config_text=xml, settings=settings)
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """An MQTT 3.1.1 CONNECT answered by a CONNACK."""
+        return mqtt_probe(host, port, timeout_s)
