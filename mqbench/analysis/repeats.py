@@ -193,6 +193,8 @@ class RepeatAggregate:
     metrics: dict[str, MeanCI]
     any_saturated: bool
     all_valid: bool
+    invalid_kinds: tuple[str, ...] = ()
+    """Kinds of invalidity found in any repeat (``mqbench/analysis/verdict.py``), sorted."""
 
     @property
     def n(self) -> int:
@@ -208,6 +210,7 @@ class RepeatAggregate:
             "cell_ids": ",".join(self.cell_ids),
             "any_generator_saturated": self.any_saturated,
             "all_valid": self.all_valid,
+            "invalid_kinds": ",".join(self.invalid_kinds) or None,
         }
         for name, m in self.metrics.items():
             row[f"{name}_n"] = m.n
@@ -251,6 +254,9 @@ def aggregate_repeats(summaries: Sequence[CellSummary]) -> list[RepeatAggregate]
                 metrics=metrics,
                 any_saturated=any(s.generator_saturated for s in members),
                 all_valid=all(s.valid for s in members),
+                invalid_kinds=tuple(
+                    sorted({r.kind.value for s in members for r in s.invalid_reasons})
+                ),
             )
         )
     return sorted(out, key=lambda a: a.index)
@@ -269,6 +275,7 @@ def write_summary_agg_parquet(result_dir: Path, aggregates: Sequence[RepeatAggre
         pa.field("cell_ids", pa.string()),
         pa.field("any_generator_saturated", pa.bool_()),
         pa.field("all_valid", pa.bool_()),
+        pa.field("invalid_kinds", pa.string()),
     ]
     for name in METRICS:
         fixed.append(pa.field(f"{name}_n", pa.int64()))

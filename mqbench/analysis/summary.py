@@ -9,6 +9,7 @@ percentile floored to 100 ns. Mean and (population) standard deviation use the s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -23,11 +24,18 @@ from mqbench.analysis.aggregate import CellAggregate
 from mqbench.analysis.kernel import Hist, approx_rel_error
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.resources import resource_stats
+from mqbench.analysis.verdict import (
+    InvalidReason,
+    broker_exit_reason,
+    generator_reason,
+    truncation_reason,
+    unsent_reason,
+)
 from mqbench.errors import AnalysisError
 
-SUMMARY_SCHEMA_VERSION: Final = 2
-READABLE_SUMMARY_VERSIONS: Final = (1, 2)
-"""Versions :meth:`CellSummary.from_dict` reads; version 1 lacks the fields added in 2."""
+SUMMARY_SCHEMA_VERSION: Final = 3
+READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3)
+"""Versions :meth:`CellSummary.from_dict` reads; older ones lack the fields added later."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
 
@@ -145,16 +153,26 @@ class CellSummary:
     throughput_min_msg_s: float | None = None
     throughput_max_msg_s: float | None = None
     approx_rel_error: float | None = None
+    # Added in schema version 3 (None: not known for an older summary).
+    unsent: int | None = None
+    expected_scheduled: int | None = None
+    loss_sent_pct: float | None = None
+    loss_unsent_pct: float | None = None
+    invalid_reasons: list[InvalidReason] = dataclasses.field(default_factory=list)
+    record_issues: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (the content of ``summary.json``)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["invalid_reasons"] = [r.to_dict() for r in self.invalid_reasons]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
-        """Inverse of :meth:`to_dict`; reads versions 1 and 2 (AnalysisError otherwise).
+        """Inverse of :meth:`to_dict`; reads versions 1 to 3 (AnalysisError otherwise).
 
-        A version-1 summary gets the version-2 defaults and ``schema_version`` 2.
+        An older summary gets the defaults of the fields added since and the current
+        ``schema_version``; an invalid one without typed reasons gets its generator reason.
         """
         if data.get("schema_version") not in READABLE_SUMMARY_VERSIONS:
             raise AnalysisError(
@@ -165,6 +183,16 @@ class CellSummary:
         fields = dict(data)
         fields["schema_version"] = SUMMARY_SCHEMA_VERSION
         fields["deliveries_per_s"] = [int(v) for v in fields.get("deliveries_per_s") or []]
+        reasons = fields.get("invalid_reasons")
+        if reasons is None and not fields.get("valid", True):
+            fields["invalid_reasons"] = generator_reason(
+                [str(fields.get("generator_reason") or "generator saturated")]
+            )
+        else:
+            try:
+                fields["invalid_reasons"] = [InvalidReason.from_dict(r) for r in reasons or []]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise AnalysisError(f"malformed invalid_reasons ({exc})") from None
         for group in _STATS_GROUPS:
             if fields.get(group) is not None:
                 fields[group] = LatencyStats(**fields[group])
@@ -181,6 +209,10 @@ class CellSummary:
             if f.name in _STATS_GROUPS:
                 for sf in dataclasses.fields(LatencyStats):
                     row[f"{f.name}_{sf.name}"] = None if value is None else getattr(value, sf.name)
+                continue
+            if f.name == "invalid_reasons":
+                row["invalid_kinds"] = [r.kind.value for r in self.invalid_reasons]
+                row["invalid_reason"] = "; ".join(r.message for r in self.invalid_reasons) or None
                 continue
             row[f.name] = value
         for key, value in sorted(self.params.items()):
@@ -219,11 +251,33 @@ def generator_reasons(
     return reasons
 
 
+def cell_invalid_reasons(
+    plan: CellPlan, agg: CellAggregate, generator: list[str], unsent: int
+) -> list[InvalidReason]:
+    """Every reason the cell's numbers cannot be trusted (docs/results.md, "Validity")."""
+    refused = sum(int(w.get("send_refused") or 0) for w in plan.generator.get("workers") or [])
+    return [
+        *generator_reason(generator),
+        *broker_exit_reason(plan.broker_exit, plan.win_start),
+        *unsent_reason(
+            plan.scheduled, unsent, agg.send_failed, refused, plan.send_failures_expected
+        ),
+        *truncation_reason(plan.record_checks),
+    ]
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return 100.0 * part / whole if whole else None
+
+
 def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     """Turn exact aggregates into the summary (shared by the Spark and numpy engines)."""
     window_s = plan.window_ns / 1e9
     received = agg.distinct
     lost = agg.expected - received
+    unsent = max(0, plan.scheduled - agg.sent)
+    scheduled_deliveries = max(plan.scheduled_deliveries, agg.expected)
+    unsent_deliveries = scheduled_deliveries - agg.expected
     res = resource_stats(plan.folder / "resources.csv", plan.win_start, plan.win_end)
     send_lag = LatencyStats.from_hist(agg.hist_lag)
     reasons = generator_reasons(
@@ -231,6 +285,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     )
     saturated = bool(reasons)
     reason = "; ".join(reasons)
+    invalid = cell_invalid_reasons(plan, agg, reasons, unsent)
     full = full_second_range(plan, agg.per_second)
     return CellSummary(
         schema_version=SUMMARY_SCHEMA_VERSION,
@@ -252,7 +307,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         received=received,
         duplicates=agg.routed - received,
         lost=lost,
-        loss_pct=100.0 * lost / agg.expected if agg.expected else None,
+        loss_pct=_pct(scheduled_deliveries - received, scheduled_deliveries),
         reordered=agg.reordered,
         unrouted=agg.unrouted,
         delivery_records=agg.delivery_records,
@@ -273,12 +328,18 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         generator_rss_mb_max=res["generator_rss_mb_max"],
         generator_saturated=saturated,
         generator_reason=str(reason) if reason else None,
-        valid=not saturated,
+        valid=not invalid,
         window_source=plan.window_source,
         deliveries_per_s=list(agg.per_second),
         throughput_min_msg_s=full[0],
         throughput_max_msg_s=full[1],
         approx_rel_error=approx_rel_error(plan.approx_bits),
+        unsent=unsent,
+        expected_scheduled=scheduled_deliveries,
+        loss_sent_pct=_pct(lost, scheduled_deliveries),
+        loss_unsent_pct=_pct(unsent_deliveries, scheduled_deliveries),
+        invalid_reasons=invalid,
+        record_issues=[c.describe() for c in plan.record_checks if c.truncated],
     )
 
 
@@ -293,8 +354,13 @@ def full_second_range(plan: CellPlan, per_second: list[int]) -> tuple[float | No
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AnalysisError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_summary_json(folder: Path, summary: CellSummary) -> Path:
@@ -322,6 +388,8 @@ def _arrow_type(annotation: str) -> Any:
 
     if annotation.startswith("list[int]"):
         return pa.list_(pa.int64())
+    if annotation.startswith("list[str]"):
+        return pa.list_(pa.string())
     if annotation.startswith("int"):
         return pa.int64()
     if annotation.startswith("float"):
@@ -344,6 +412,10 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
         if f.name in _STATS_GROUPS:
             for sf in dataclasses.fields(LatencyStats):
                 fixed.append(pa.field(f"{f.name}_{sf.name}", _arrow_type(str(sf.type))))
+            continue
+        if f.name == "invalid_reasons":
+            fixed.append(pa.field("invalid_kinds", pa.list_(pa.string())))
+            fixed.append(pa.field("invalid_reason", pa.string()))
             continue
         fixed.append(pa.field(f.name, _arrow_type(str(f.type))))
     names = {fl.name for fl in fixed}

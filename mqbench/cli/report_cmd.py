@@ -81,10 +81,19 @@ def compare(
     out: Annotated[
         Path | None, typer.Option("--out", metavar="FILE", help="Write the result to FILE.")
     ] = None,
+    allow_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--allow-invalid",
+            help="Compare even when cells are invalid (broker exited, generator saturated, "
+            "sends failed, records truncated); otherwise compare refuses with exit code 4.",
+        ),
+    ] = False,
 ) -> None:
     """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
 
-    Noise aware when cells have repeats (see docs/ci.md).
+    Noise aware when cells have repeats (see docs/ci.md). Invalid cells make it refuse
+    (exit code 4) unless --allow-invalid.
 
     Example: mqbench compare ci/baseline results/ci-smoke/20261122T050102Z-1a2b3c
     """
@@ -95,7 +104,7 @@ def compare(
         if fmt not in ("text", "json"):
             raise UsageError(f"--format {fmt!r}: choose text or json")
         thresholds = parse_thresholds(threshold)
-        result = compare_runs(baseline, current, thresholds)
+        result = compare_runs(baseline, current, thresholds, allow_invalid=allow_invalid)
         _write(result.to_json() if fmt == "json" else result.to_text(), out)
         return result.exit_code
 

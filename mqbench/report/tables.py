@@ -24,6 +24,18 @@ SATURATED_NOTE: Final = (
     "† generator saturated in at least one repeat: the load generator, not the broker, "
     "limited this cell (numbers are not broker capacity)."
 )
+INVALID_MARK: Final = "‡"
+INVALID_NOTE: Final = (
+    "‡ invalid in at least one repeat for a reason other than the generator (the broker "
+    "exited, sends failed, or records were truncated; see invalid_reasons in summary.json): "
+    "the numbers do not measure the broker."
+)
+
+
+def invalid_beyond_generator(agg: RepeatAggregate) -> bool:
+    """Invalid for a reason the saturation mark does not already say."""
+    return any(kind != "generator_saturated" for kind in agg.invalid_kinds)
+
 
 AXES: Final[dict[str, str]] = {
     "scenario": "Scenario",
@@ -170,7 +182,13 @@ def fmt_ci(m: MeanCI, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def _mark(agg: RepeatAggregate, text: str) -> str:
-    return f"{text} {SATURATED_MARK}" if agg.any_saturated and text != "-" else text
+    if text == "-":
+        return text
+    if agg.any_saturated:
+        text = f"{text} {SATURATED_MARK}"
+    if invalid_beyond_generator(agg):
+        text = f"{text} {INVALID_MARK}"
+    return text
 
 
 @dataclass
@@ -202,7 +220,7 @@ def pivot(
         cols_v = axis_values(members, col_axis)
         header = [AXES[row_axis].split(" (")[0]] + [axis_text(col_axis, c) for c in cols_v]
         rows: list[list[str]] = []
-        saturated = False
+        saturated = invalid = False
         for r in rows_v:
             row = [axis_text(row_axis, r)]
             for c in cols_v:
@@ -212,11 +230,14 @@ def pivot(
                     if axis_value(m, row_axis) == r and axis_value(m, col_axis) == c
                 ]
                 saturated |= any(h.any_saturated for h in hits)
+                invalid |= any(invalid_beyond_generator(h) for h in hits)
                 row.append("; ".join(_mark(h, value(h)) for h in hits) if hits else "-")
             rows.append(row)
         notes = [note] if note else []
         if saturated:
             notes.append(SATURATED_NOTE)
+        if invalid:
+            notes.append(INVALID_NOTE)
         suffix = f" ({label})" if label else ""
         slug = key if not label else f"{key}-{len(tables) + 1}"
         tables.append(Table(slug, title + suffix, header, rows, notes))
@@ -327,6 +348,8 @@ def cells_table(aggs: Sequence[RepeatAggregate]) -> Table:
     notes = ["Offered = rate x pairs (pairs topology). Latency from the intended send time."]
     if any(a.any_saturated for a in aggs):
         notes.append(SATURATED_NOTE)
+    if any(invalid_beyond_generator(a) for a in aggs):
+        notes.append(INVALID_NOTE)
     return Table("cells", "All cells", header, rows, notes)
 
 

@@ -109,6 +109,7 @@ def build_plans(
     proxy_port: int = 0,
     proxied: dict[str, list[int]] | None = None,
     reconnect_max_s: float = 0.1,
+    client_extra: dict[str, object] | None = None,
 ) -> list[WorkerPlan]:
     """Shard a cell over ``workers`` processes.
 
@@ -154,6 +155,7 @@ def build_plans(
                 proxied_subs=frozenset((proxied or {}).get("subscribers", [])),
                 proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
                 reconnect_max_s=reconnect_max_s,
+                client_extra=dict(client_extra or {}),
             )
         )
     return plans

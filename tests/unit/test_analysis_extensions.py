@@ -202,18 +202,26 @@ def test_base_id_strips_only_the_matching_repeat_suffix() -> None:
     assert base_id("nats-64B", 3) == "nats-64B"
 
 
-def test_version_1_summaries_are_read_with_version_2_defaults(tmp_path: Path) -> None:
+def test_version_1_summaries_are_read_with_the_later_defaults(tmp_path: Path) -> None:
     root = rich_run(tmp_path)
     (summary,) = analyze_run(root, engine="numpy", cells=["fanout"])
     data = summary.to_dict()
-    for key in ("window_source", "deliveries_per_s", "throughput_min_msg_s"):
+    for key in (
+        "window_source",
+        "deliveries_per_s",
+        "throughput_min_msg_s",
+        "unsent",
+        "invalid_reasons",
+        "record_issues",
+    ):
         del data[key]
     data["schema_version"] = 1
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     old = read_summary_json(path)
-    assert old.schema_version == SUMMARY_SCHEMA_VERSION == 2
+    assert old.schema_version == SUMMARY_SCHEMA_VERSION == 3
     assert (old.window_source, old.deliveries_per_s) == ("manifest", [])
+    assert (old.unsent, old.invalid_reasons, old.record_issues) == (None, [], [])
     data["schema_version"] = 99
     with pytest.raises(AnalysisError, match="schema version 99"):
         CellSummary.from_dict(data)
