@@ -49,14 +49,31 @@ def signal_group(pid: int, started: int, signum: int) -> bool:
         return False
 
 
-def group_alive(pid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` still runs (zombies waiting for init do not count)."""
     try:
-        os.killpg(pid, 0)
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    if not entries:  # no /proc: ask the kernel (zombies count as alive here)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def main() -> int:

@@ -96,6 +96,15 @@ class RunInterrupted(MqbenchError):
         self.exit_code = interrupts.exit_code_for(signum)
 
 
+def _stop_signal(exc: BaseException | None = None) -> int:
+    """The signal that stopped the run: the exception's, else the controller's, else SIGINT."""
+    signum = getattr(exc, "signum", None)
+    if signum is None:
+        stop = interrupts.active()
+        signum = stop.signum if stop is not None else None
+    return int(signum) if signum is not None else int(signal.SIGINT)
+
+
 def _signal_text(signum: int) -> str:
     if signum == signal.SIGINT:
         return "SIGINT (Ctrl-C)"
@@ -105,8 +114,8 @@ def _signal_text(signum: int) -> str:
 def check_load(scenario: Scenario, cells: list[Cell]) -> None:
     """What ``scenario validate``, ``run --dry-run`` and ``run`` all check up front:
     possible combinations and load that fits the machine (``capacity.check_fits``)."""
+    check_fits(scenario, cells)  # first: it is cheap, the topologies below are not
     check_combinations(scenario, cells)
-    check_fits(scenario, cells)
 
 
 def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
@@ -229,7 +238,7 @@ def _run_cells(
                 manifest.data["search"] = search.report()
                 manifest.save()
     except (KeyboardInterrupt, RunInterrupted) as exc:
-        signum = int(getattr(exc, "signum", signal.SIGINT))
+        signum = _stop_signal(exc)
         manifest.finish("interrupted", f"interrupted by {_signal_text(signum)}")
         reserve.release()
         raise RunInterrupted(
@@ -402,7 +411,7 @@ def _run_cell(
         manifest.update_cell(cell.id, status=status)
         reporter.cell_finished(cell, status, manifest.cell(cell.id))
         if outcome.interrupted:
-            raise RunInterrupted(f"interrupted during cell {cell.id}")
+            raise RunInterrupted(f"interrupted during cell {cell.id}", _stop_signal())
     except MqbenchError as exc:
         if isinstance(exc, RunInterrupted):
             raise
@@ -413,7 +422,7 @@ def _run_cell(
         if isinstance(exc, ResultsWriteError):
             raise  # results cannot be written: stop the whole run
     except KeyboardInterrupt as exc:
-        signum = int(getattr(exc, "signum", signal.SIGINT))
+        signum = _stop_signal(exc)
         events.write("interrupted", signal=signal.Signals(signum).name)
         manifest.update_cell(
             cell.id, status="interrupted", error=f"interrupted by {_signal_text(signum)}"
