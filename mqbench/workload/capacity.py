@@ -94,7 +94,7 @@ def machine_limits(scenario: Scenario) -> Limits:
     broker: int | None = None
     source = ""
     if scenario.runtime == "native":
-        broker, source = own, "inherited from mqbench (RLIMIT_NOFILE)"
+        broker, source = own, "the RLIMIT_NOFILE it inherits from mqbench"
     elif scenario.runtime == "external" and scenario.broker.pid:
         broker = process_open_files_limit(scenario.broker.pid)
         source = f"of pid {scenario.broker.pid}"
@@ -108,7 +108,11 @@ def machine_limits(scenario: Scenario) -> Limits:
 
 
 def human_bytes(n: float) -> str:
-    """``1.5 GB``-style (powers of 1000, like the rest of the CLI's MB/s)."""
+    """``1.5 GB``-style (powers of 1000, like the CLI's MB/s); exact binary sizes such as
+    ``generator.buffer_memory: 1GiB`` keep their unit (``1 GiB``)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size and float(n).is_integer() and int(n) % size == 0:
+            return f"{int(n) // size} {unit}"
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
