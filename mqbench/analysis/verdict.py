@@ -66,7 +66,7 @@ def broker_exit_reason(
     code = broker_exit.get("exit_code")
     t_ns = broker_exit.get("t_ns")
     when = ""
-    if isinstance(t_ns, int) and window_start_ns:
+    if isinstance(t_ns, int):
         offset = (t_ns - window_start_ns) / 1e9
         when = f" {offset:+.1f} s from the window start"
     return [

@@ -124,7 +124,11 @@ class AmqpClient(asyncio.Protocol):
         self._prefetch = int(extra.get("prefetch", DEFAULT_PREFETCH))
         self._max_inflight = int(extra.get("max_inflight", DEFAULT_MAX_INFLIGHT))
         self._frame_max = int(extra.get("frame_max", DEFAULT_FRAME_MAX))
-        self._write_high = int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH))
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        self._write_high = min(
+            int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
+            max_pending_bytes(options),
+        )
         self._transport: asyncio.Transport | None = None
         # The senders' hot path reads only this: ``transport.write`` while usable, else None.
         self._write: Callable[[bytes], None] | None = None

@@ -189,8 +189,10 @@ class MqttClient(asyncio.Protocol):
         self._ack_waiter: asyncio.Future[None] | None = None
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._ping_outstanding = False
-        self._write_high = int(
-            options.extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        self._write_high = min(
+            int(options.extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
+            max_pending_bytes(options),
         )
         self.unrouted = 0
         """Messages that matched no subscription of this client (dropped)."""

@@ -361,7 +361,8 @@ class NatsClient(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         high = int(self._options.extra.get("write_buffer_high", WRITE_BUFFER_HIGH))
-        transport.set_write_buffer_limits(high=high)
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        transport.set_write_buffer_limits(high=min(high, self._max_pending))
 
     def data_received(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""

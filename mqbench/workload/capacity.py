@@ -107,15 +107,15 @@ def machine_limits(scenario: Scenario) -> Limits:
     )
 
 
-def human_bytes(n: float) -> str:
-    """``1.5 GB``-style (powers of 1000, like the CLI's MB/s); exact binary sizes such as
-    ``generator.buffer_memory: 1GiB`` keep their unit (``1 GiB``)."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
-        if n >= size and float(n).is_integer() and int(n) % size == 0:
-            return f"{int(n) // size} {unit}"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
+def human_bytes(n: float, setting: bool = False) -> str:
+    """``1.5 GB``-style (powers of 1000, like the CLI's MB/s). A ``setting`` that is an exact
+    binary size (``generator.buffer_memory: 1GiB``) keeps its unit (``1 GiB``)."""
+    for unit, binary in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if setting and n >= binary and float(n).is_integer() and int(n) % binary == 0:
+            return f"{int(n) // binary} {unit}"
+    for unit, decimal in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= decimal:
+            return f"{n / decimal:.1f} {unit}"
     return f"{n:.0f} B"
 
 
@@ -130,7 +130,7 @@ def check_fits(scenario: Scenario, cells: Sequence[Cell], limits: Limits | None 
     budget = scenario.generator.buffer_memory
     if budget > limits.memory_bytes * MEMORY_SHARE:
         raise CapacityError(
-            f"generator.buffer_memory {human_bytes(budget)} is more than half of this "
+            f"generator.buffer_memory {human_bytes(budget, True)} is more than half of this "
             f"machine's {human_bytes(limits.memory_bytes)} of memory"
         )
     for cell in cells:
@@ -169,7 +169,7 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
     if share < 2 * cell.payload_bytes:
         raise CapacityError(
             f"cell {cell.id}: {cell.publishers:,} publishers share generator.buffer_memory "
-            f"{human_bytes(budget)}: {human_bytes(share)} each, less than two "
+            f"{human_bytes(budget, True)}: {human_bytes(share)} each, less than two "
             f"{cell.payload_bytes:,}-byte messages; raise generator.buffer_memory or lower "
             "the payload or the number of publishers"
         )
@@ -178,7 +178,7 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
         raise CapacityError(
             f"cell {cell.id}: offers {human_bytes(offered)}/s ({cell.offered_rate:,.0f} msg/s "
             f"x {cell.payload_bytes:,} B), more than the generator may buffer for one second "
-            f"(generator.buffer_memory {human_bytes(budget)}); a broker pause would refuse "
+            f"(generator.buffer_memory {human_bytes(budget, True)}); a broker pause would refuse "
             "most sends; lower the rate or payload, or raise generator.buffer_memory"
         )
 

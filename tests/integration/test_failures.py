@@ -390,3 +390,20 @@ def test_more_connections_than_the_broker_can_open_are_refused_naming_the_limit(
     assert "broker process" in done.stderr or "worker processes" in done.stderr
     assert time.monotonic() - t0 < 30  # refused up front, not after connecting
     assert not (tmp_path / "r").exists()
+
+
+def test_sigkill_of_mqbench_alone_makes_workers_flush_and_close_their_records(
+    tmp_path: Path, no_leftovers: list[subprocess.Popen[str]]
+) -> None:
+    out = tmp_path / "results"
+    proc = start_run(write_scenario(tmp_path, "nats", duration="60s"), out)
+    no_leftovers.append(proc)
+    cell_dir = wait_for_sends(out, proc)
+    children = descendants(proc.pid)
+    proc.kill()  # the main process only: workers get their parent-death signal
+    proc.wait(10)
+    assert_gone(children, within_s=8.0)
+    for name in ("sends-0.bin", "deliveries-0.bin"):
+        count = json.loads((cell_dir / f"{name}.count").read_text())
+        assert count["closed"] is True  # the worker stopped, flushed and closed its files
+        assert (cell_dir / name).stat().st_size == count["records"] * RECORD_SIZE > 0
