@@ -431,20 +431,28 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
 
 
 SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    ("schema_version", "int", "-", "summary schema version (2)"),
+    ("schema_version", "int", "-", "summary schema version (3)"),
     ("cell_id", "str", "-", "cell id from the manifest"),
     ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
     ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
     ("params", "object", "-", "cell parameters (Parquet: one `param_<name>` column each)"),
     ("window_start_ns, window_end_ns", "int", "ns", "measured window `[start, end)`"),
     ("window_s", "float", "s", "window length"),
-    ("window_clipped", "bool", "-", "interrupted cell: window end moved to stop − drain"),
+    (
+        "window_clipped",
+        "bool",
+        "-",
+        "window end moved to stop − drain (interrupted) or to an unclosed record file's "
+        "last checkpoint − drain",
+    ),
     ("offered_rate", "float", "msg/s", "all publishers, from the manifest"),
     ("scheduled", "int", "msg", "messages whose intended time is in the window"),
     ("sent", "int", "msg", "`SEND_OK` records whose intended time is in the window"),
     ("send_failed", "int", "msg", "`SEND_FAILED` records in the window"),
+    ("unsent", "int", "msg", "scheduled − sent: never handed to a connected client"),
     ("send_rate", "float", "msg/s", "sent / window_s"),
     ("expected", "int", "deliveries", "Σ over sent messages of routed subscribers"),
+    ("expected_scheduled", "int", "deliveries", "Σ over scheduled messages of routed subscribers"),
     ("received", "int", "deliveries", "distinct (pub, seq, sub) in the window on a route"),
     ("duplicates", "int", "deliveries", "routed in-window delivery records − received"),
     (
@@ -454,7 +462,13 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
         "expected − received (includes tail loss; < 0 only if "
         "deliveries exist for messages without a send record)",
     ),
-    ("loss_pct", "float", "%", "100 · lost / expected (null when expected = 0)"),
+    (
+        "loss_pct",
+        "float",
+        "%",
+        "100 · (expected_scheduled − received) / expected_scheduled (loss over scheduled)",
+    ),
+    ("loss_sent_pct, loss_unsent_pct", "float", "%", "sent-but-lost and never-sent parts"),
     (
         "reordered",
         "int",
@@ -494,7 +508,9 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("generator_rss_mb_mean/max", "float", "MB (10^6 B)", "resources.csv samples in window"),
     ("generator_saturated", "bool", "-", "manifest cell `generator.saturated`"),
     ("generator_reason", "str", "-", "`generator.reason` (or `saturation_reason`)"),
-    ("valid", "bool", "-", "false when the generator was the bottleneck"),
+    ("valid", "bool", "-", "false when any invalid reason applies"),
+    ("invalid_reasons", "list", "-", "{kind, message} per reason (mqbench/analysis/verdict.py)"),
+    ("record_issues", "list[str]", "-", "record files that were not intact, one line each"),
     (
         "window_source",
         "str",
