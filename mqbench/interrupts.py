@@ -105,13 +105,19 @@ class StopSignals:
         self.request(signum)
 
     @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Hold back a first signal until the block ends (then raise it)."""
+    def deferred(self, raise_at_end: bool = True) -> Iterator[None]:
+        """Hold back a first signal until the block ends, then raise it (or, with
+        ``raise_at_end=False``, at the next :meth:`raise_pending`)."""
         self._deferred += 1
         try:
             yield
         finally:
             self._deferred -= 1
+        if raise_at_end:
+            self.raise_pending()
+
+    def raise_pending(self) -> None:
+        """Raise a first signal that arrived while deferred (no-op otherwise)."""
         if not self._deferred and self._pending:
             self._pending = False
             assert self.signum is not None
@@ -131,9 +137,17 @@ def active() -> StopSignals | None:
     return _active
 
 
-def deferred() -> contextlib.AbstractContextManager[None]:
+def deferred(raise_at_end: bool = True) -> contextlib.AbstractContextManager[None]:
     """:meth:`StopSignals.deferred` of the active controller, else a no-op."""
-    return _active.deferred() if _active is not None else contextlib.nullcontext()
+    if _active is None:
+        return contextlib.nullcontext()
+    return _active.deferred(raise_at_end)
+
+
+def raise_pending() -> None:
+    """:meth:`StopSignals.raise_pending` of the active controller (no-op without one)."""
+    if _active is not None:
+        _active.raise_pending()
 
 
 def hurrying() -> bool:

@@ -208,16 +208,19 @@ def _run_cells(
     argv: list[str],
     reporter: RunReporter,
 ) -> RunResult:
-    with interrupts.deferred():  # the folder and its first manifest appear together
+    # The folder, its space reserve and its first manifest appear together; a signal in
+    # between is raised inside the ``try`` below, which finishes the manifest.
+    with interrupts.deferred(raise_at_end=False):
         result_dir = create_result_dir(out_root, scenario.name)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
         manifest = Manifest(result_dir, scenario.model_dump(mode="json"), scenario_file, argv)
         manifest.data["scenario_input"] = scenario_data
         manifest.save()
-    reporter.run_started(result_dir, cells)
     run_tag = secrets.token_hex(3)
     search = SearchTracker(scenario.search) if scenario.search is not None else None
     try:
+        interrupts.raise_pending()
+        reporter.run_started(result_dir, cells)
         for cell in cells:
             if search is not None and search.should_skip(cell):
                 manifest.add_cell(

@@ -252,3 +252,12 @@ def test_the_report_marks_invalid_cells(tmp_path: Path) -> None:
     result = runner.invoke(_cli(), ["report", str(bad)])
     assert result.exit_code == 0, result.output
     assert "c0 ‡" in result.output and "‡ invalid in at least one repeat" in result.output
+
+
+def test_a_signal_held_back_without_raising_at_the_end_is_raised_by_raise_pending() -> None:
+    stop = StopSignals()
+    with stop.deferred(raise_at_end=False):
+        stop.request(signal.SIGTERM)
+    with pytest.raises(StopRequested):
+        stop.raise_pending()
+    stop.raise_pending()  # only once
