@@ -5,7 +5,9 @@ run), the first SIGINT or SIGTERM raises :class:`StopRequested` (a ``KeyboardInt
 so every ``except KeyboardInterrupt`` cleanup path handles both signals alike) in the main
 thread. Later signals never raise: they set :attr:`StopSignals.hurry` and call the hurry
 callbacks, so teardown takes shortcuts (shorter waits, SIGKILL instead of SIGTERM) but is
-never itself interrupted, and the manifest it writes last is always complete.
+never itself interrupted, and the manifest it writes last is always complete. Once a stop
+began, signals stay swallowed after the block too, so the process exits with 130 / 143
+however late a second signal comes.
 
 Code that must not be interrupted half-way (starting a child process and registering it
 for cleanup) runs inside :func:`deferred`: a first signal arriving there is raised when
@@ -64,7 +66,11 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         global _active
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            # After a stop began the process is on its way out with 130/143: a late second
+            # signal must not turn that into a KeyboardInterrupt or a death by signal. Only
+            # SIG_IGN survives interpreter shutdown (Python resets its own handlers to the
+            # default action there, and a signal in that window would kill the process).
+            signal.signal(sig, signal.SIG_IGN if self.stopping else previous)
         self._previous.clear()
         if _active is self:
             _active = None

@@ -261,3 +261,14 @@ def test_a_signal_held_back_without_raising_at_the_end_is_raised_by_raise_pendin
     with pytest.raises(StopRequested):
         stop.raise_pending()
     stop.raise_pending()  # only once
+
+
+def test_after_a_stop_later_signals_stay_swallowed_so_the_exit_code_holds() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(StopRequested), StopSignals() as stop:
+            stop.request(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGINT, before)
