@@ -51,8 +51,13 @@ class RichReporter:
         self._cell_started = time.monotonic()
 
     def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        """Announce where results go."""
-        self.console.print(f"results: [bold]{result_dir}[/]  ({len(cells)} cell(s))")
+        """Announce where results go and about how much they will take."""
+        from mqbench.workload.capacity import human_bytes, result_bytes
+
+        self.console.print(
+            f"results: [bold]{result_dir}[/]  ({len(cells)} cell(s), "
+            f"about {human_bytes(result_bytes(cells))})"
+        )
 
     def cell_started(self, cell: Cell) -> None:
         """Start the live line of a cell."""
