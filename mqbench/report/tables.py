@@ -1,10 +1,10 @@
 """The paper's tables from aggregated summaries, rendered as Markdown, LaTeX, CSV or HTML.
 
 Every value is the mean over a cell's repeats; ``± h`` follows when there are >= 2 repeats
-(``h`` = 95 % Student-t half-width). A ``‡`` marks cells invalid for another reason (the
-broker exited, sends failed, records truncated). A ``†`` marks cells where the generator, not the
-broker, was the bottleneck in some repeat. Which tables appear depends on which parameters
-vary (:func:`build_tables`).
+(``h`` = 95 % Student-t half-width). A ``†`` marks cells where the generator, not the
+broker, was the bottleneck in some repeat; a ``‡`` cells invalid for another reason (the
+broker exited, sends failed, records truncated). Which tables appear depends on which
+parameters vary (:func:`build_tables`).
 """
 
 from __future__ import annotations

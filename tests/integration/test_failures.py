@@ -71,6 +71,14 @@ def wait_for_sends(out: Path, proc: subprocess.Popen[str], timeout_s: float = 60
     raise AssertionError("no send records within the timeout")
 
 
+def sleep_into_window(out: Path, seconds: float) -> None:
+    """Sleep until ``seconds`` after warm-up + drain (1 s each) from the schedule's start, so
+    an interrupt leaves that much of a measured window (it is clipped to stop − drain)."""
+    (cell,) = manifest_of(out)["cells"]
+    start_ns = int(cell["schedule"]["start_ns"])
+    time.sleep(max(0.0, (start_ns + int((2.0 + seconds) * 1e9) - time.time_ns()) / 1e9))
+
+
 def descendants(pid: int) -> list[int]:
     with contextlib.suppress(psutil.Error):
         return [p.pid for p in psutil.Process(pid).children(recursive=True)]
@@ -224,7 +232,7 @@ def test_two_sigints_10_ms_apart_still_leave_an_analysable_result(
     proc = start_run(write_scenario(tmp_path, "nats", duration="60s"), out)
     no_leftovers.append(proc)
     cell_dir = wait_for_sends(out, proc)
-    time.sleep(1.5)  # into the measured window
+    sleep_into_window(out, 1.5)
     children = descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.01)
