@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
+from mqbench.brokers.liveness import BrokerExit
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
@@ -42,6 +43,9 @@ class QuietReporter:
     def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
         if status != "completed":
             print(f"{cell.id}: {status} {detail.get('error') or ''}")
+
+    def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
+        print(f"{cell.id}: the broker {exit.describe()}")
 
 
 def main() -> None:

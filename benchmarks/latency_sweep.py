@@ -38,27 +38,14 @@ from mqbench.brokers.native import NativeRuntime
 from mqbench.records.format import HEADER
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.coordinator import Progress
-from mqbench.workload.run import run_scenario
+from mqbench.workload.run import SilentReporter, run_scenario
 
 WARMUP_S = 2.0
 NATIVE_SUB_ARGS = ("-t", "mqbench/#", "-q", "0", "-F", "%U %x")
 
 
-class QuietReporter:
+class QuietReporter(SilentReporter):
     """Reports failed cells only."""
-
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        pass
-
-    def cell_started(self, cell: Cell) -> None:
-        pass
-
-    def phase(self, cell: Cell, text: str) -> None:
-        pass
-
-    def progress(self, cell: Cell, progress: Progress) -> None:
-        pass
 
     def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
         if status != "completed":

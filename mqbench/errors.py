@@ -33,3 +33,16 @@ class ResultsError(MqbenchError):
 
 class AnalysisError(MqbenchError):
     """Records could not be analysed (truncated files, wrong schema, Spark failure)."""
+
+
+class ResultsWriteError(ResultsError):
+    """A result file could not be written (e.g. the disk is full): the whole run stops."""
+
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+class CapacityError(ScenarioError):
+    """The scenario asks for load that cannot fit on this machine (refused up front)."""

@@ -25,6 +25,16 @@ from mqbench.records.format import SCHEMA_VERSION
 ANALYSABLE = ("completed", "interrupted")
 MANIFEST = "manifest.json"
 
+
+def is_analysable(cell: dict[str, Any]) -> bool:
+    """Completed, or interrupted after publishing began (a cell stopped before its first
+    message has no schedule and nothing to analyse)."""
+    status = cell.get("status")
+    if status == "interrupted":
+        return isinstance(cell.get("schedule"), dict)
+    return status in ANALYSABLE
+
+
 __all__ = ["analyze_cell_numpy", "analyze_run", "read_manifest"]
 
 
@@ -52,7 +62,7 @@ def read_manifest(result_dir: Path) -> dict[str, Any]:
 def _select_cells(manifest: dict[str, Any], cells: list[str] | None) -> list[dict[str, Any]]:
     entries = [c for c in manifest.get("cells") or [] if isinstance(c, dict)]
     if cells is None:
-        chosen = [c for c in entries if c.get("status") in ANALYSABLE]
+        chosen = [c for c in entries if is_analysable(c)]
         if not chosen:
             raise AnalysisError("no completed or interrupted cells to analyse")
         return chosen

@@ -25,11 +25,36 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from mqbench.analysis.repeats import MeanCI, RepeatAggregate, aggregate_repeats, t_quantile
-from mqbench.errors import UsageError
+from mqbench.errors import MqbenchError, UsageError
 
 REGRESSION_EXIT_CODE: Final = 3
 REFUSED_EXIT_CODE: Final = 4
-"""Nothing regressed, but some metric could not be judged honestly (``refused``)."""
+"""The gate could not judge honestly: an invalid cell, or latency the generator shaped."""
+INVALID_EXIT_CODE: Final = REFUSED_EXIT_CODE
+
+
+class InvalidCellsError(MqbenchError):
+    """Compare refuses to gate on invalid cells (exit code 4) unless ``--allow-invalid``."""
+
+    exit_code = INVALID_EXIT_CODE
+
+    def __init__(self, message: str, cells: list[tuple[str, str, tuple[str, ...]]]) -> None:
+        super().__init__(message)
+        self.cells = cells
+        """``(base id, "baseline" | "current", invalid kinds)`` of every invalid cell."""
+
+
+def invalid_cells(
+    baseline: Sequence[RepeatAggregate], current: Sequence[RepeatAggregate]
+) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Cells (base id, side, kinds) that are invalid in some repeat, baseline first."""
+    out = []
+    for side, aggs in (("baseline", baseline), ("current", current)):
+        for agg in aggs:
+            if not agg.all_valid:
+                out.append((agg.base_id, side, agg.invalid_kinds or ("generator_saturated",)))
+    return out
+
 
 Verdict = Literal["ok", "regression", "improvement", "missing", "refused"]
 
@@ -378,6 +403,9 @@ def compare_aggregates(
                         else "(latency not judged; --allow-generator-bound to judge it)"
                     )
                 )
+            other = [k for k in agg.invalid_kinds if k != "generator_saturated"]
+            if other:
+                comp.notes.append(f"{side}: invalid in some repeat ({', '.join(other)})")
         if b.params != c.params:
             diff = sorted(
                 k for k in set(b.params) | set(c.params) if b.params.get(k) != c.params.get(k)
@@ -405,19 +433,33 @@ def compare_runs(
     *,
     analyse_missing: bool = True,
     allow_generator_bound: bool = False,
+    allow_invalid: bool = False,
 ) -> CompareResult:
     """Compare two result folders (cells without summaries are analysed with numpy).
 
     ``thresholds`` is parsed with :func:`parse_thresholds` when given as text (None: the
-    defaults ``throughput=-5%,p95=+10%,loss=+0.1``).
+    defaults ``throughput=-5%,p95=+10%,loss=+0.1``). A cell that is invalid on either side
+    (``valid: false`` in some repeat) makes it raise :class:`InvalidCellsError` unless
+    ``allow_invalid``: a gate must not pass or fail on numbers that measure no broker.
     """
     from mqbench.analysis.load import load_run
 
     parsed = thresholds if isinstance(thresholds, dict) else parse_thresholds(thresholds)
     runs = [load_run(Path(p), analyse_missing) for p in (baseline, current)]
+    base_aggs = aggregate_repeats(runs[0].summaries)
+    cur_aggs = aggregate_repeats(runs[1].summaries)
+    bad = invalid_cells(base_aggs, cur_aggs)
+    if bad and not allow_invalid:
+        cell, side, kinds = bad[0]
+        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InvalidCellsError(
+            f"refusing to compare: cell {cell!r} is invalid in the {side} run "
+            f"({', '.join(kinds)}){more}; pass --allow-invalid to compare anyway",
+            bad,
+        )
     return compare_aggregates(
-        aggregate_repeats(runs[0].summaries),
-        aggregate_repeats(runs[1].summaries),
+        base_aggs,
+        cur_aggs,
         parsed,
         baseline_name=str(baseline),
         current_name=str(current),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from mqbench.analysis.api import ANALYSABLE, analyze_run, read_manifest
+from mqbench.analysis.api import analyze_run, is_analysable, read_manifest
 from mqbench.analysis.summary import SUMMARY_JSON, CellSummary, read_summary_json
 from mqbench.errors import AnalysisError
 
@@ -59,7 +59,7 @@ def load_run(result_dir: Path, analyse_missing: bool = True) -> LoadedRun:
     entries = {
         str(c.get("id")): c
         for c in manifest.get("cells") or []
-        if isinstance(c, dict) and c.get("status") in ANALYSABLE
+        if isinstance(c, dict) and is_analysable(c)
     }
     if not entries:
         raise AnalysisError(f"{path}: no completed or interrupted cells")

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS
-from mqbench.errors import AnalysisError
 from mqbench.records.format import RECORD_SIZE
 
 DESCRIPTOR_SCHEMA = "task long, file int, chunk int, path string, offset long, count long"
@@ -21,13 +20,8 @@ BATCH_RECORDS = 262_144
 
 
 def check_record_file(path: str) -> int:
-    """Number of records in ``path``; AnalysisError if its size is not a multiple of 24."""
-    size = os.path.getsize(path)
-    if size % RECORD_SIZE:
-        raise AnalysisError(
-            f"{path}: size {size} is not a multiple of {RECORD_SIZE} bytes (truncated record file)"
-        )
-    return size // RECORD_SIZE
+    """Whole records in ``path`` (bytes of a torn last record are left out)."""
+    return os.path.getsize(path) // RECORD_SIZE
 
 
 def chunk_descriptors(

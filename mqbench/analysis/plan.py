@@ -16,6 +16,7 @@ import numpy as np
 
 from mqbench.errors import AnalysisError
 from mqbench.records.format import RECORD_SIZE
+from mqbench.records.integrity import RecordFileCheck, check_record_file
 from mqbench.records.schedule import intended_ns
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
@@ -64,6 +65,12 @@ class CellPlan:
     generator: dict[str, Any] = field(default_factory=dict)
     window_source: str = "manifest"
     approx_bits: int | None = None  # None: exact histograms; else see kernel.approx_encode
+    record_checks: list[RecordFileCheck] = field(default_factory=list)
+    broker_exit: dict[str, Any] | None = None
+    send_failures_expected: bool = False
+    """Sends fail by design in this cell (faults on publishers, publisher churn)."""
+    clipped_for_records: bool = False
+    """The window end was moved to before an unclosed record file's last checkpoint."""
 
     @property
     def window_ns(self) -> int:
@@ -77,6 +84,22 @@ class CellPlan:
         if self.messages_per_publisher is not None:
             hi = min(hi, self.messages_per_publisher * self.publishers)
         return max(0, hi - self.k_lo)
+
+    @property
+    def scheduled_deliveries(self) -> int:
+        """Deliveries the schedule asks for in the window: Σ fanout over scheduled messages."""
+        lo, hi = self.k_lo, self.k_hi
+        n = self.publishers
+        if self.messages_per_publisher is not None:
+            hi = min(hi, self.messages_per_publisher * n)
+        if hi <= lo or n <= 0:
+            return 0
+        full, rest = divmod(hi - lo, n)
+        total = full * int(self.fanout.sum())
+        if rest:
+            pubs = (np.arange(lo, lo + rest, dtype=np.int64)) % n
+            total += int(self.fanout[pubs].sum())
+        return total
 
     @property
     def n_routes(self) -> int:
@@ -127,16 +150,9 @@ def _routes(cell: dict[str, Any], n_pubs: int) -> list[tuple[str, int, int, int,
     return out
 
 
-def _record_files(folder: Path, prefix: str) -> list[str]:
-    files = sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))
-    for path in files:
-        size = os.path.getsize(path)
-        if size % RECORD_SIZE:
-            raise AnalysisError(
-                f"{path}: size {size} is not a multiple of {RECORD_SIZE} bytes "
-                "(truncated record file)"
-            )
-    return files
+def _record_files(folder: Path, prefix: str) -> list[RecordFileCheck]:
+    """The record files of one kind with what is intact in each (sorted by name)."""
+    return [check_record_file(p) for p in sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))]
 
 
 def _stop_time(folder: Path) -> int | None:
@@ -254,6 +270,17 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
             if clip < win_end:
                 win_end = max(win_start, clip)
                 clipped = True
+    checks = _record_files(folder, "deliveries") + _record_files(folder, "sends")
+    # A writer that never closed its file may have lost what it held after its last
+    # checkpoint: keep only messages that had the drain time to arrive before it.
+    clipped_for_records = False
+    unclosed = [c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns]
+    if unclosed:
+        drain_ns = int(float(params.get("drain_s") or 0.0) * 1e9)
+        clip = min(unclosed) - drain_ns
+        if clip < win_end:
+            win_end = max(win_start, clip)
+            clipped = clipped_for_records = True
     routes = _routes(cell, n)
     fanout = np.zeros(n, dtype=np.int64)
     offsets = np.zeros((len(routes), n), dtype=np.int64)
@@ -285,11 +312,15 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
         f_max=f_max,
         k_lo=k_lo,
         k_hi=k_hi,
-        delivery_files=_record_files(folder, "deliveries"),
-        send_files=_record_files(folder, "sends"),
+        delivery_files=[c.path for c in checks if Path(c.path).name.startswith("deliveries-")],
+        send_files=[c.path for c in checks if Path(c.path).name.startswith("sends-")],
         generator=dict(cell.get("generator") or {}),
         window_source=source,
         approx_bits=approx_bits,
+        record_checks=checks,
+        broker_exit=cell.get("broker_exit") if isinstance(cell.get("broker_exit"), dict) else None,
+        send_failures_expected=bool(cell.get("send_failures_expected")),
+        clipped_for_records=clipped_for_records,
     )
 
 

@@ -195,6 +195,8 @@ class RepeatAggregate:
     all_valid: bool
     any_latency_bound: bool = False
     """Some repeat's latency was shaped by the generator (``latency_verdict``)."""
+    invalid_kinds: tuple[str, ...] = ()
+    """Kinds of invalidity found in any repeat (``mqbench/analysis/verdict.py``), sorted."""
 
     @property
     def n(self) -> int:
@@ -211,6 +213,7 @@ class RepeatAggregate:
             "any_generator_saturated": self.any_saturated,
             "all_valid": self.all_valid,
             "any_latency_generator_bound": self.any_latency_bound,
+            "invalid_kinds": ",".join(self.invalid_kinds) or None,
         }
         for name, m in self.metrics.items():
             row[f"{name}_n"] = m.n
@@ -255,6 +258,9 @@ def aggregate_repeats(summaries: Sequence[CellSummary]) -> list[RepeatAggregate]
                 any_saturated=any(s.generator_saturated for s in members),
                 all_valid=all(s.valid for s in members),
                 any_latency_bound=any(s.latency_generator_bound for s in members),
+                invalid_kinds=tuple(
+                    sorted({r.kind.value for s in members for r in s.invalid_reasons})
+                ),
             )
         )
     return sorted(out, key=lambda a: a.index)
@@ -274,6 +280,7 @@ def write_summary_agg_parquet(result_dir: Path, aggregates: Sequence[RepeatAggre
         pa.field("any_generator_saturated", pa.bool_()),
         pa.field("all_valid", pa.bool_()),
         pa.field("any_latency_generator_bound", pa.bool_()),
+        pa.field("invalid_kinds", pa.string()),
     ]
     for name in METRICS:
         fixed.append(pa.field(f"{name}_n", pa.int64()))

@@ -9,6 +9,7 @@ percentile floored to 100 ns. Mean and (population) standard deviation use the s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -24,6 +25,13 @@ from mqbench.analysis.kernel import Hist, approx_rel_error
 from mqbench.analysis.latency_check import judge_latency
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.resources import resource_stats
+from mqbench.analysis.verdict import (
+    InvalidReason,
+    broker_exit_reason,
+    generator_reason,
+    truncation_reason,
+    unsent_reason,
+)
 from mqbench.errors import AnalysisError
 
 SUMMARY_SCHEMA_VERSION: Final = 3
@@ -146,7 +154,13 @@ class CellSummary:
     throughput_min_msg_s: float | None = None
     throughput_max_msg_s: float | None = None
     approx_rel_error: float | None = None
-    # Added in schema version 3.
+    # Added in schema version 3 (None: not known for an older summary).
+    unsent: int | None = None
+    expected_scheduled: int | None = None
+    loss_sent_pct: float | None = None
+    loss_unsent_pct: float | None = None
+    invalid_reasons: list[InvalidReason] = dataclasses.field(default_factory=list)
+    record_issues: list[str] = dataclasses.field(default_factory=list)
     latency_verdict: str = "n/a"
     latency_reason: str | None = None
 
@@ -157,14 +171,17 @@ class CellSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (the content of ``summary.json``)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["invalid_reasons"] = [r.to_dict() for r in self.invalid_reasons]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
         """Inverse of :meth:`to_dict`; reads versions 1 to 3 (AnalysisError otherwise).
 
-        An older summary gets the defaults of the fields added since (a version-1 or -2
-        summary has ``latency_verdict`` ``n/a``: it was never judged).
+        An older summary gets the defaults of the fields added since and the current
+        ``schema_version``; an invalid one without typed reasons gets its generator reason;
+        one older than version 3 has ``latency_verdict`` ``n/a`` (it was never judged).
         """
         if data.get("schema_version") not in READABLE_SUMMARY_VERSIONS:
             raise AnalysisError(
@@ -175,6 +192,16 @@ class CellSummary:
         fields = dict(data)
         fields["schema_version"] = SUMMARY_SCHEMA_VERSION
         fields["deliveries_per_s"] = [int(v) for v in fields.get("deliveries_per_s") or []]
+        reasons = fields.get("invalid_reasons")
+        if reasons is None and not fields.get("valid", True):
+            fields["invalid_reasons"] = generator_reason(
+                [str(fields.get("generator_reason") or "generator saturated")]
+            )
+        else:
+            try:
+                fields["invalid_reasons"] = [InvalidReason.from_dict(r) for r in reasons or []]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise AnalysisError(f"malformed invalid_reasons ({exc})") from None
         for group in _STATS_GROUPS:
             if fields.get(group) is not None:
                 fields[group] = LatencyStats(**fields[group])
@@ -191,6 +218,10 @@ class CellSummary:
             if f.name in _STATS_GROUPS:
                 for sf in dataclasses.fields(LatencyStats):
                     row[f"{f.name}_{sf.name}"] = None if value is None else getattr(value, sf.name)
+                continue
+            if f.name == "invalid_reasons":
+                row["invalid_kinds"] = [r.kind.value for r in self.invalid_reasons]
+                row["invalid_reason"] = "; ".join(r.message for r in self.invalid_reasons) or None
                 continue
             row[f.name] = value
         for key, value in sorted(self.params.items()):
@@ -229,11 +260,33 @@ def generator_reasons(
     return reasons
 
 
+def cell_invalid_reasons(
+    plan: CellPlan, agg: CellAggregate, generator: list[str], unsent: int
+) -> list[InvalidReason]:
+    """Every reason the cell's numbers cannot be trusted (docs/results.md, "Validity")."""
+    refused = sum(int(w.get("send_refused") or 0) for w in plan.generator.get("workers") or [])
+    return [
+        *generator_reason(generator),
+        *broker_exit_reason(plan.broker_exit, plan.win_start),
+        *unsent_reason(
+            plan.scheduled, unsent, agg.send_failed, refused, plan.send_failures_expected
+        ),
+        *truncation_reason(plan.record_checks),
+    ]
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return 100.0 * part / whole if whole else None
+
+
 def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     """Turn exact aggregates into the summary (shared by the Spark and numpy engines)."""
     window_s = plan.window_ns / 1e9
     received = agg.distinct
     lost = agg.expected - received
+    unsent = max(0, plan.scheduled - agg.sent)
+    scheduled_deliveries = max(plan.scheduled_deliveries, agg.expected)
+    unsent_deliveries = scheduled_deliveries - agg.expected
     res = resource_stats(plan.folder / "resources.csv", plan.win_start, plan.win_end)
     send_lag = LatencyStats.from_hist(agg.hist_lag)
     latency = LatencyStats.from_hist(agg.hist_intended)
@@ -243,6 +296,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     )
     saturated = bool(reasons)
     reason = "; ".join(reasons)
+    invalid = cell_invalid_reasons(plan, agg, reasons, unsent)
     full = full_second_range(plan, agg.per_second)
     return CellSummary(
         schema_version=SUMMARY_SCHEMA_VERSION,
@@ -264,7 +318,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         received=received,
         duplicates=agg.routed - received,
         lost=lost,
-        loss_pct=100.0 * lost / agg.expected if agg.expected else None,
+        loss_pct=_pct(scheduled_deliveries - received, scheduled_deliveries),
         reordered=agg.reordered,
         unrouted=agg.unrouted,
         delivery_records=agg.delivery_records,
@@ -285,7 +339,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         generator_rss_mb_max=res["generator_rss_mb_max"],
         generator_saturated=saturated,
         generator_reason=str(reason) if reason else None,
-        valid=not saturated,
+        valid=not invalid,
         window_source=plan.window_source,
         deliveries_per_s=list(agg.per_second),
         throughput_min_msg_s=full[0],
@@ -293,6 +347,12 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         approx_rel_error=approx_rel_error(plan.approx_bits),
         latency_verdict=latency_verdict.kind,
         latency_reason=latency_verdict.reason,
+        unsent=unsent,
+        expected_scheduled=scheduled_deliveries,
+        loss_sent_pct=_pct(lost, scheduled_deliveries),
+        loss_unsent_pct=_pct(unsent_deliveries, scheduled_deliveries),
+        invalid_reasons=invalid,
+        record_issues=[c.describe() for c in plan.record_checks if c.truncated],
     )
 
 
@@ -307,8 +367,13 @@ def full_second_range(plan: CellPlan, per_second: list[int]) -> tuple[float | No
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AnalysisError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_summary_json(folder: Path, summary: CellSummary) -> Path:
@@ -336,6 +401,8 @@ def _arrow_type(annotation: str) -> Any:
 
     if annotation.startswith("list[int]"):
         return pa.list_(pa.int64())
+    if annotation.startswith("list[str]"):
+        return pa.list_(pa.string())
     if annotation.startswith("int"):
         return pa.int64()
     if annotation.startswith("float"):
@@ -359,6 +426,10 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
             for sf in dataclasses.fields(LatencyStats):
                 fixed.append(pa.field(f"{f.name}_{sf.name}", _arrow_type(str(sf.type))))
             continue
+        if f.name == "invalid_reasons":
+            fixed.append(pa.field("invalid_kinds", pa.list_(pa.string())))
+            fixed.append(pa.field("invalid_reason", pa.string()))
+            continue
         fixed.append(pa.field(f.name, _arrow_type(str(f.type))))
     names = {fl.name for fl in fixed}
     param_names = sorted({k for r in rows for k in r if k not in names})
@@ -380,13 +451,21 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("params", "object", "-", "cell parameters (Parquet: one `param_<name>` column each)"),
     ("window_start_ns, window_end_ns", "int", "ns", "measured window `[start, end)`"),
     ("window_s", "float", "s", "window length"),
-    ("window_clipped", "bool", "-", "interrupted cell: window end moved to stop − drain"),
+    (
+        "window_clipped",
+        "bool",
+        "-",
+        "window end moved to stop − drain (interrupted) or to an unclosed record file's "
+        "last checkpoint − drain",
+    ),
     ("offered_rate", "float", "msg/s", "all publishers, from the manifest"),
     ("scheduled", "int", "msg", "messages whose intended time is in the window"),
     ("sent", "int", "msg", "`SEND_OK` records whose intended time is in the window"),
     ("send_failed", "int", "msg", "`SEND_FAILED` records in the window"),
+    ("unsent", "int", "msg", "scheduled − sent: never handed to a connected client"),
     ("send_rate", "float", "msg/s", "sent / window_s"),
     ("expected", "int", "deliveries", "Σ over sent messages of routed subscribers"),
+    ("expected_scheduled", "int", "deliveries", "Σ over scheduled messages of routed subscribers"),
     ("received", "int", "deliveries", "distinct (pub, seq, sub) in the window on a route"),
     ("duplicates", "int", "deliveries", "routed in-window delivery records − received"),
     (
@@ -396,7 +475,13 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
         "expected − received (includes tail loss; < 0 only if "
         "deliveries exist for messages without a send record)",
     ),
-    ("loss_pct", "float", "%", "100 · lost / expected (null when expected = 0)"),
+    (
+        "loss_pct",
+        "float",
+        "%",
+        "100 · (expected_scheduled − received) / expected_scheduled (loss over scheduled)",
+    ),
+    ("loss_sent_pct, loss_unsent_pct", "float", "%", "sent-but-lost and never-sent parts"),
     (
         "reordered",
         "int",
@@ -436,7 +521,9 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("generator_rss_mb_mean/max", "float", "MB (10^6 B)", "resources.csv samples in window"),
     ("generator_saturated", "bool", "-", "manifest cell `generator.saturated`"),
     ("generator_reason", "str", "-", "`generator.reason` (or `saturation_reason`)"),
-    ("valid", "bool", "-", "false when the generator was the bottleneck"),
+    ("valid", "bool", "-", "false when any invalid reason applies"),
+    ("invalid_reasons", "list", "-", "{kind, message} per reason (mqbench/analysis/verdict.py)"),
+    ("record_issues", "list[str]", "-", "record files that were not intact, one line each"),
     (
         "window_source",
         "str",

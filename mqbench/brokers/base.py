@@ -76,6 +76,9 @@ class StartRequest:
     """None: pick a free port."""
     options: dict[str, Any] = field(default_factory=dict)
     startup_timeout_s: float = 60.0
+    outlive_mqbench: bool = False
+    """Keep the broker running after mqbench exits (``mqbench brokers up``); otherwise it
+    dies with mqbench (``mqbench/lifeline.py``)."""
 
 
 class Runtime(Protocol):

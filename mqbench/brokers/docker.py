@@ -57,6 +57,7 @@ from mqbench.brokers.compose import (
     service_images,
 )
 from mqbench.brokers.docker_stats import ContainerRef, ContainerStatsSource, sdk_stats_reader
+from mqbench.brokers.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.profiles import get_profile
 from mqbench.brokers.targets import get_target
@@ -258,15 +259,26 @@ class DockerBroker:
         info: dict[str, Any],
         containers: list[ContainerRef],
         stats_reader: Callable[[str], Mapping[str, Any]] | None,
+        inspect: ContainerInspector | None = None,
     ) -> None:
-        """Wrap a started project; ``containers`` are sampled through ``stats_reader``."""
+        """Wrap a started project; ``containers`` are sampled through ``stats_reader`` and
+        watched for exits through ``inspect`` (``APIClient.inspect_container``)."""
         self.project = project
         self._endpoint = endpoint
         self._info = info
         self.containers = containers
         self._stats_reader = stats_reader
+        self._inspect = inspect
         self._lock = threading.Lock()
         self._stopped = False
+        self._watch: ContainerExitWatch | None = None
+
+    def watch_exit(self, on_exit: ExitCallback) -> None:
+        """Call ``on_exit`` when a container of the project stops before ``stop()``."""
+        if self._inspect is None or not self.containers or self._watch is not None:
+            return
+        pairs = [(c.id, c.pid) for c in self.containers]
+        self._watch = ContainerExitWatch(pairs, self._inspect, on_exit)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -299,6 +311,8 @@ class DockerBroker:
             if self._stopped:
                 return
             self._stopped = True
+            if self._watch is not None:
+                self._watch.cancel()
             try:
                 proc = self.project.down()
                 self._info["down_exit_code"] = proc.returncode
@@ -495,9 +509,11 @@ class DockerRuntime:
             info["tbmq_credentials"] = [
                 {"username": c.username, "client_type": c.client_type} for c in credentials
             ]
-        reader = sdk_stats_reader(client.api) if hasattr(client, "api") else None
+        api = getattr(client, "api", None)
+        reader = sdk_stats_reader(api) if api is not None else None
+        inspect = getattr(api, "inspect_container", None) if api is not None else None
         endpoint = Endpoint(endpoint_host, ports[ct.port_var])
-        return DockerBroker(project, endpoint, info, containers, reader)
+        return DockerBroker(project, endpoint, info, containers, reader, inspect)
 
     def _bootstrap_tbmq(
         self,

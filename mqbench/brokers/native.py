@@ -24,7 +24,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench import interrupts, lifeline
 from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.specs import native_specs
@@ -87,6 +89,12 @@ class NativeBroker:
         self._log_path = log_path
         self._lock = threading.Lock()
         self._stopped = False
+        self._watch: ProcessExitWatch | None = None
+
+    def watch_exit(self, on_exit: ExitCallback) -> None:
+        """Call ``on_exit`` (from a watcher thread) if the broker exits before ``stop()``."""
+        if self._watch is None and not self._stopped:
+            self._watch = ProcessExitWatch(self._process, on_exit)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -123,6 +131,8 @@ class NativeBroker:
             if self._stopped:
                 return
             self._stopped = True
+            if self._watch is not None:
+                self._watch.cancel()
             try:
                 self._terminate()
             except Exception:  # stop() must never raise
@@ -130,6 +140,7 @@ class NativeBroker:
                     self._process.kill()
                     self._process.wait(timeout=KILL_WAIT_S)
             self._info["exit_code"] = self._process.poll()
+            lifeline.release(self._process.pid)
             if self._companions is not None:
                 with contextlib.suppress(Exception):
                     pids = self._companions()
@@ -285,8 +296,10 @@ class NativeRuntime:
             plan = limiter.tune(spec, plan, options)
             argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
+        process: subprocess.Popen[bytes] | None = None
         try:
-            with log_path.open("wb") as log:
+            # Deferred: a first Ctrl-C or SIGTERM here waits until the broker is registered.
+            with interrupts.deferred(), log_path.open("wb") as log:
                 process = subprocess.Popen(
                     argv,
                     cwd=request.workdir,
@@ -295,11 +308,23 @@ class NativeRuntime:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=(
+                        None if request.outlive_mqbench else lifeline.preexec_die_with_parent
+                    ),
                 )
+                if not request.outlive_mqbench:
+                    lifeline.guard(process.pid)
         except OSError as exc:
             if limiter is not None:
                 limiter.release()
             raise BrokerError(f"cannot start {spec.name} ({binary}): {exc}") from exc
+        except BaseException:  # interrupted right after the start: leave nothing running
+            if process is not None:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    process.kill()
+                    process.wait(KILL_WAIT_S)
+                lifeline.release(process.pid)
+            raise
         info: dict[str, Any] = {
             "name": spec.name,
             "target": request.target,

@@ -18,7 +18,9 @@ tick (docs/results.md)::
 - ``rss_bytes``: sum of the processes' resident set sizes (shared pages count once per
   process, as ``ps`` shows them).
 
-A role with no live process at a tick writes no row. The first sample of a role (at
+A role with no live process at a tick writes no row; ``forget(pid)`` drops a root that
+exited (the engine calls it when the broker dies), so a dead broker gets no rows of 0 CPU
+and 0 RSS. The first sample of a role (at
 ``start`` or ``add_role``) is a baseline and writes no row either.
 
 Besides process roles, *sources* (``add_source``) contribute ready-made rows each tick, e.g.
@@ -30,6 +32,8 @@ those rows are discarded.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -166,6 +170,7 @@ class ResourceSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._file: IO[str] | None = None
+        self._good_size = 0
         self.rows_written = 0
         """Rows written so far (header not counted)."""
         self.last_error: str | None = None
@@ -200,6 +205,14 @@ class ResourceSampler:
             if self._file is not None:
                 self._measure(state, self._clock_ns(), self._monotonic_ns())
 
+    def forget(self, pid: int) -> None:
+        """Stop sampling root ``pid`` (it exited); a role left without roots writes no rows."""
+        with self._lock:
+            for state in self._roles.values():
+                if pid in state.roots:
+                    state.roots.remove(pid)
+                    state.cache.pop(pid, None)
+
     def add_source(self, source: SampleSource) -> None:
         """Write ``source``'s rows every tick; when running, take its baseline now."""
         with self._lock:
@@ -223,6 +236,7 @@ class ResourceSampler:
             self._file = self.path.open("w", encoding="utf-8", newline="\n")
             self._file.write(CSV_HEADER + "\n")
             self._file.flush()
+            self._good_size = len(CSV_HEADER) + 1
             wall, mono = self._clock_ns(), self._monotonic_ns()
             for state in self._roles.values():
                 self._measure(state, wall, mono)
@@ -240,7 +254,8 @@ class ResourceSampler:
             thread.join(timeout=self.interval_s + 5.0)
         with self._lock:
             if self._file is not None:
-                self._file.close()
+                with contextlib.suppress(OSError):
+                    self._file.close()
                 self._file = None
 
     def __enter__(self) -> ResourceSampler:
@@ -273,10 +288,27 @@ class ResourceSampler:
             for source in self._sources:
                 samples.extend(self._call_source(source, wall))
             if self._file is not None and samples:
-                self._file.write("".join(s.csv_line() + "\n" for s in samples))
-                self._file.flush()
+                self._write_rows("".join(s.csv_line() + "\n" for s in samples))
                 self.rows_written += len(samples)
             return samples
+
+    def _write_rows(self, text: str) -> None:
+        """Write whole rows; on a write error cut the file back to its last whole row and
+        stop writing (a full disk never leaves a torn row)."""
+        file = self._file
+        assert file is not None
+        try:
+            file.write(text)
+            file.flush()
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._file = None
+            with contextlib.suppress(OSError, ValueError):
+                file.close()  # may still flush part of the buffer: cut it off below
+            with contextlib.suppress(OSError, ValueError):
+                os.truncate(self.path, self._good_size)
+            return
+        self._good_size += len(text.encode("utf-8"))
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.interval_s

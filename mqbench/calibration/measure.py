@@ -15,8 +15,7 @@ from mqbench.calibration.model import CellFigures
 from mqbench.errors import MqbenchError
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.coordinator import Progress
-from mqbench.workload.run import run_scenario
+from mqbench.workload.run import SilentReporter, run_scenario
 
 RELAY_VERSION = "mqbench calibration relay"
 """What the manifest of a relay cell records as the broker version."""
@@ -82,28 +81,16 @@ def scenario_data(request: CellRequest) -> dict[str, Any]:
     return data
 
 
-class _Reporter:
+class _Reporter(SilentReporter):
     """A ``RunReporter`` that passes phase lines on and shows nothing else."""
 
     def __init__(self, on_phase: Callable[[str], None] | None) -> None:
         self._on_phase = on_phase
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        """Nothing to show."""
-
-    def cell_started(self, cell: Cell) -> None:
-        """Nothing to show."""
-
     def phase(self, cell: Cell, text: str) -> None:
         """Pass the phase line on (e.g. "starting mosquitto (native)")."""
         if self._on_phase is not None:
             self._on_phase(text)
-
-    def progress(self, cell: Cell, progress: Progress) -> None:
-        """Nothing to show."""
-
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
-        """Nothing to show (the outcome is read from the result)."""
 
 
 def figures_from(summary: CellSummary, cell: dict[str, Any], request: CellRequest) -> CellFigures:

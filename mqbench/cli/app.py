@@ -109,7 +109,10 @@ def run(
         chosen = [c for c in cells if not selected or c.id in selected]
         check = _check_calibration(scenario, chosen)
         if dry_run:
-            _print_cells(scenario, chosen)
+            from mqbench.workload.run import check_load
+
+            check_load(scenario, chosen)
+            _print_cells(scenario, chosen, out)
             _print_calibration_notes(check)
             return
         _print_calibration_notes(check)
@@ -132,7 +135,14 @@ def _print_calibration_notes(check: CalibrationCheck) -> None:
         console.print(Text.assemble(("warning: ", "yellow"), line))
 
 
-def _print_cells(scenario: Any, cells: list[Any]) -> None:
+def _print_cells(scenario: Any, cells: list[Any], out: Path) -> None:
+    from mqbench.workload.capacity import (
+        RESERVE_BYTES,
+        free_bytes,
+        human_bytes,
+        record_bytes,
+        result_bytes,
+    )
     from mqbench.workload.plan import process_count, resolve_layout, worker_count
 
     table = Table(title=f"{scenario.name}: {len(cells)} cell(s)", title_justify="left")
@@ -148,6 +158,7 @@ def _print_cells(scenario: Any, cells: list[Any]) -> None:
         "conns",
         "workers",
         "time",
+        "records",
     )
     for column in columns:
         table.add_column(column, justify="left" if column in ("cell", "topology") else "right")
@@ -170,12 +181,20 @@ def _print_cells(scenario: Any, cells: list[Any]) -> None:
             f"{c.connections:,}",
             f"{workers} {layout}",
             f"{c.warmup_s:g}+{c.duration_s:g}s",
+            human_bytes(record_bytes(c)),
         )
     console.print(table)
     note = f"load time at least {total_s:.0f} s (plus broker start-up and analysis)"
     if scenario.search is not None:
         note += f"; search over {scenario.search.axis} stops early at the first failing step"
     console.print(note)
+    where, free = free_bytes(out)
+    need = result_bytes(cells) + RESERVE_BYTES
+    verdict = "fits" if need <= free else "[bold red]does not fit[/]: `run` will refuse"
+    console.print(
+        f"results: about {human_bytes(need)} (records 24 B x (sends + deliveries + acks)); "
+        f"{where} has {human_bytes(free)} free: {verdict}"
+    )
 
 
 def _run(
@@ -205,13 +224,20 @@ def _run(
     if not no_analyze and any(c["status"] == "completed" for c in result.cells):
         _analyze(result.result_dir, master, {})
     console.print(f"results: [bold]{result.result_dir}[/]")
+    from mqbench.errors import MqbenchError
+
     if result.failed_cells:
         first = result.failed_cells[0]
-        from mqbench.errors import MqbenchError
-
         raise MqbenchError(
             f"{len(result.failed_cells)} of {len(result.cells)} cell(s) failed; "
             f"{first['id']}: {first['error']}"
+        )
+    if result.broker_exits:
+        first = result.broker_exits[0]
+        raise MqbenchError(
+            f"the broker died in {len(result.broker_exits)} of {len(result.cells)} cell(s); "
+            f"{first['id']}: {first['broker_exit'].get('reason', 'exited')} "
+            f"(exit code {first['broker_exit'].get('exit_code')}); results are marked invalid"
         )
 
 
@@ -266,24 +292,17 @@ def scenario_validate(
     """Check a scenario file (keys, values, targets, QoS) without running anything."""
 
     def go() -> None:
-        from mqbench.brokers.targets import get_target
+        from mqbench.errors import ScenarioError
         from mqbench.scenario.loader import load_scenario
         from mqbench.scenario.matrix import expand
-        from mqbench.transports.registry import get_transport
+        from mqbench.workload.run import check_load
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
-        for name in scenario.targets:
-            target = get_target(name)
-            transport = get_transport(target.transport)
-            for qos in scenario.workload.qos:
-                if qos > transport.max_qos:
-                    from mqbench.errors import ScenarioError
-
-                    raise ScenarioError(
-                        f"{scenario_file}: target {name!r}: QoS {qos} is not supported by the "
-                        f"{target.transport} transport (max QoS {transport.max_qos})"
-                    )
         cells = expand(scenario)
+        try:
+            check_load(scenario, cells)
+        except ScenarioError as exc:
+            raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
 
     guarded(go)

@@ -243,7 +243,12 @@ def start_broker(
     options: dict[str, Any] = {"profile": profile} if profile else {}
     broker = rt.start(
         StartRequest(
-            target=target, workdir=workdir, port=port, options=options, startup_timeout_s=timeout_s
+            target=target,
+            workdir=workdir,
+            port=port,
+            options=options,
+            startup_timeout_s=timeout_s,
+            outlive_mqbench=True,
         )
     )
     state = BrokerState(

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from mqbench.brokers.liveness import BrokerExit
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
 
@@ -47,10 +48,16 @@ class RichReporter:
         self.console = console
         self._live: Live | None = None
         self._last_print = 0.0
+        self._cell_started = time.monotonic()
 
     def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        """Announce where results go."""
-        self.console.print(f"results: [bold]{result_dir}[/]  ({len(cells)} cell(s))")
+        """Announce where results go and about how much they will take."""
+        from mqbench.workload.capacity import human_bytes, result_bytes
+
+        self.console.print(
+            f"results: [bold]{result_dir}[/]  ({len(cells)} cell(s), "
+            f"about {human_bytes(result_bytes(cells))})"
+        )
 
     def cell_started(self, cell: Cell) -> None:
         """Start the live line of a cell."""
@@ -58,6 +65,7 @@ class RichReporter:
         from mqbench.transports.registry import resolve_client
 
         client = resolve_client(get_target(cell.target).transport, cell.client)
+        self._cell_started = time.monotonic()
         self.console.print(
             f"[bold]{cell.id}[/]: {cell.pairs} pairs x {cell.rate:g} msg/s = "
             f"{cell.offered_rate:g} msg/s offered, {cell.payload_bytes} B, QoS {cell.qos}, "
@@ -85,6 +93,18 @@ class RichReporter:
             self._last_print = now
             self.console.print(line)
 
+    def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
+        """Say at once that the broker died (a watcher thread calls this)."""
+        after = time.monotonic() - self._cell_started
+        self.console.print(
+            Text(
+                f"  {cell.id}: the broker (pid {exit.pid}) {exit.describe()} {after:.1f} s "
+                "into the cell; sends now fail and count as never sent; the cell's results "
+                "will be marked invalid",
+                style="bold red",
+            )
+        )
+
     def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
         """Close the live line and say how the cell ended."""
         if self._live is not None:
@@ -97,6 +117,12 @@ class RichReporter:
             line.append(f"  sent {totals.get('sent')} received {totals.get('received')}")
         if detail.get("error"):
             line.append(f"  {detail['error']}")
+        broker_exit = detail.get("broker_exit") or {}
+        if broker_exit:
+            line.append(
+                f"\n  invalid: the broker {broker_exit.get('reason', 'exited')} during the cell",
+                style="bold red",
+            )
         generator = detail.get("generator") or {}
         for reason in generator.get("reasons", []):
             line.append(f"\n  generator saturated: {reason}", style="bold yellow")

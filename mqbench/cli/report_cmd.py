@@ -88,13 +88,21 @@ def compare(
             help="Judge latency (p50..p999) even where the generator's send lag shaped it.",
         ),
     ] = False,
+    allow_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--allow-invalid",
+            help="Compare even when cells are invalid (broker exited, generator saturated, "
+            "sends failed, records truncated); otherwise compare refuses with exit code 4.",
+        ),
+    ] = False,
 ) -> None:
     """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
 
-    Exit code 4 when nothing regressed but a latency metric was refused because the
-    generator, not the broker, shaped it on either side (latency: generator-bound).
-
-    Noise aware when cells have repeats (see docs/ci.md).
+    Noise aware when cells have repeats (see docs/ci.md). Exit code 4 when the gate cannot
+    judge honestly: a cell is invalid on either side (unless --allow-invalid), or nothing
+    regressed but a latency metric was refused because the generator's send lag shaped it
+    (unless --allow-generator-bound).
 
     Example: mqbench compare ci/baseline results/ci-smoke/20261122T050102Z-1a2b3c
     """
@@ -106,7 +114,11 @@ def compare(
             raise UsageError(f"--format {fmt!r}: choose text or json")
         thresholds = parse_thresholds(threshold)
         result = compare_runs(
-            baseline, current, thresholds, allow_generator_bound=allow_generator_bound
+            baseline,
+            current,
+            thresholds,
+            allow_generator_bound=allow_generator_bound,
+            allow_invalid=allow_invalid,
         )
         _write(result.to_json() if fmt == "json" else result.to_text(), out)
         return result.exit_code

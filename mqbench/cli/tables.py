@@ -21,15 +21,25 @@ def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def validity_text(s: CellSummary) -> str:
+    """``ok``, or ``INVALID`` with every reason (Rich markup)."""
+    if s.valid:
+        return "[green]ok[/]"
+    reasons = "; ".join(f"{r.kind.value}: {r.message}" for r in s.invalid_reasons)
+    return f"[bold red]INVALID[/] {reasons}"
+
+
 def summary_table(summaries: Sequence[CellSummary]) -> Table:
     """One row per cell: delivery, throughput, latency (ms), lag, broker resources, validity."""
     table = Table(
-        title="results (latency in ms from the intended send time; window = measured period)",
+        title="results (latency in ms from the intended send time; window = measured period; "
+        "loss % over scheduled messages, unsent = scheduled but never sent)",
         title_justify="left",
     )
     columns = [
         ("cell", "left"),
         ("sent", "right"),
+        ("unsent", "right"),
         ("recv", "right"),
         ("loss %", "right"),
         ("dup", "right"),
@@ -42,17 +52,13 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
         ("lag p99", "right"),
         ("broker cpu", "right"),
         ("broker MB", "right"),
-        ("generator", "left"),
+        ("valid", "left"),
         ("latency", "left"),
     ]
     for name, justify in columns:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for s in summaries:
         lat, from_send, lag = s.latency, s.latency_from_send, s.send_lag
-        if s.generator_saturated:
-            generator = f"[bold yellow]SATURATED[/]: {s.generator_reason or ''}"
-        else:
-            generator = "[green]ok[/]"
         if s.latency_generator_bound:
             latency = f"[bold yellow]GENERATOR-BOUND[/]: {s.latency_reason or ''}"
         elif s.latency_verdict == "ok":
@@ -65,6 +71,7 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
         table.add_row(
             s.cell_id,
             f"{s.sent:,}",
+            "-" if s.unsent is None else (f"[red]{s.unsent:,}[/]" if s.unsent else "0"),
             f"{s.received:,}",
             loss,
             f"{s.duplicates:,}",
@@ -77,7 +84,7 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
             _ms(lag.p99_us if lag else None),
             _num(s.broker_cpu_cores_mean, "{:.2f}"),
             _num(s.broker_rss_mb_max, "{:.1f}"),
-            generator,
+            validity_text(s),
             latency,
         )
     return table

@@ -33,6 +33,7 @@ import time
 from types import TracebackType
 from typing import Final
 
+from mqbench import interrupts, lifeline
 from mqbench.errors import MqbenchError
 from mqbench.faults.api import TOXIPROXY_VERSION, ToxiproxyApi, version_text
 from mqbench.faults.api_server import HttpApiServer
@@ -177,6 +178,7 @@ class ProxyProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(STOP_GRACE_S)
+        lifeline.release(self.process.pid)
         if self.process.stdout is not None:
             self.process.stdout.close()
         return int(self.process.returncode)
@@ -194,9 +196,16 @@ def start_proxy_process(
     argv += ["--api-port", str(api_port)]
     if seed is not None:
         argv += ["--seed", str(seed)]
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    with interrupts.deferred():  # registered for cleanup before a Ctrl-C can land
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lifeline.preexec_die_with_parent,
+        )
+        lifeline.guard(process.pid)
     assert process.stdout is not None
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as sel:
@@ -214,6 +223,7 @@ def start_proxy_process(
     if process.poll() is None:
         process.kill()
         process.wait(STOP_GRACE_S)
+    lifeline.release(process.pid)
     if process.stderr is not None:
         lines = process.stderr.read().strip().splitlines()
         err = lines[-1] if lines else ""

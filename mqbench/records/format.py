@@ -73,14 +73,14 @@ def pack_record(t_sent: int, lat: int, pub: int, sub: int, seq: int) -> bytes:
 
 
 def read_records(path: str, *, offset: int = 0, count: int = -1) -> np.ndarray:
-    """Read records from ``path`` as a structured array; raise if the file is truncated."""
+    """Read whole records from ``path`` as a structured array.
+
+    Bytes after the last whole record (a write cut short) are ignored; the analysis reports
+    them (``mqbench/records/integrity.py``).
+    """
     import os
 
-    from mqbench.errors import AnalysisError
-
-    size = os.path.getsize(path)
-    if size % RECORD_SIZE:
-        raise AnalysisError(
-            f"{path}: size {size} is not a multiple of {RECORD_SIZE} bytes (truncated record file)"
-        )
-    return np.fromfile(path, dtype=RECORD_DTYPE, count=count, offset=offset * RECORD_SIZE)
+    whole = os.path.getsize(path) // RECORD_SIZE
+    available = max(0, whole - offset)
+    n = available if count < 0 else min(count, available)
+    return np.fromfile(path, dtype=RECORD_DTYPE, count=n, offset=offset * RECORD_SIZE)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 
-from mqbench.errors import ResultsError
+from mqbench.errors import ResultsError, ResultsWriteError
 from mqbench.records.format import SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
@@ -56,14 +58,66 @@ def check_output_root(root: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file and rename it over ``path``."""
+    """Write JSON to a temporary file and rename it over ``path``.
+
+    ``path`` always holds either the old or the new complete document. When anything
+    fails (a full disk, an interrupt) the temporary file is removed and the error raised:
+    ``OSError`` becomes :class:`ResultsWriteError` naming the file.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=False, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise ResultsWriteError(
+                f"cannot write {path}: {exc.strerror or exc}", path=str(path), errno=exc.errno
+            ) from None
+        raise
+
+
+class SpaceReserve:
+    """A file of ``size`` bytes kept in the result folder while a run writes into it.
+
+    When the disk fills up mid-run, releasing it makes room for the last manifest and event
+    writes, so a run that fails for lack of space still ends with a complete manifest.
+    """
+
+    NAME = ".mqbench-space-reserve"
+
+    def __init__(self, folder: Path, size: int) -> None:
+        self.path: Path | None = folder / self.NAME
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except (AttributeError, OSError) as exc:
+                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                        raise
+                    os.write(fd, bytes(size))  # file systems without fallocate
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.release()
+            raise ResultsWriteError(
+                f"cannot reserve {size} bytes in {folder}: {exc.strerror or exc}",
+                path=str(folder),
+                errno=exc.errno,
+            ) from None
+
+    def release(self) -> None:
+        """Delete the reserve (idempotent)."""
+        path, self.path = self.path, None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def read_manifest(result_dir: Path) -> dict[str, Any]:

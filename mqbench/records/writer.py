@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from pathlib import Path
 from typing import BinaryIO
 
 from mqbench.records.format import LAT_MAX, LAT_MIN, LAT_UNIT_NS, RECORD, RECORD_SIZE
+from mqbench.records.integrity import write_count
 
 DEFAULT_BLOCK_RECORDS = 65536
 
@@ -15,11 +18,27 @@ class RecordWriter:
     """Appends records to a file in blocks of ``block_records`` (1.5 MiB by default).
 
     ``append`` packs into a preallocated ``bytearray`` with ``struct.pack_into``; when the
-    block is full it is written out in one call. ``flush`` writes a partial block, so an
-    interrupted run keeps every record appended so far.
+    block is full it is written out in one call. ``checkpoint`` (called by the worker at
+    least once a second) writes the partial block and the count sidecar
+    (``mqbench/records/integrity.py``), so a hard kill loses at most the records since the
+    last checkpoint and the analysis knows how many there were.
+
+    A failed write (a full disk, say) never raises on the hot path: the file is cut back to
+    its last whole record, further records are dropped, and :attr:`error` holds the
+    ``OSError`` for the owner to act on.
     """
 
-    __slots__ = ("_buf", "_capacity", "_file", "_pack_into", "_pos", "count", "path")
+    __slots__ = (
+        "_buf",
+        "_capacity",
+        "_file",
+        "_pack_into",
+        "_pos",
+        "count",
+        "error",
+        "path",
+        "written",
+    )
 
     def __init__(self, path: Path, block_records: int = DEFAULT_BLOCK_RECORDS) -> None:
         self.path = path
@@ -30,6 +49,10 @@ class RecordWriter:
         self._pack_into = RECORD.pack_into
         self.count = 0
         """Records appended so far."""
+        self.written = 0
+        """Records handed to the OS (whole records in the file)."""
+        self.error: OSError | None = None
+        """The write error that stopped this writer (None while it works)."""
 
     def append(self, t_sent: int, lat: int, pub: int, sub: int, seq: int) -> None:
         """Append one record (``lat`` already in 100 ns units and within i32)."""
@@ -49,26 +72,62 @@ class RecordWriter:
         self.append(t_sent, lat, pub, sub, seq)
 
     def _write_block(self) -> None:
+        pending, self._pos = self._pos, 0
         if self._file is None:
+            if self.error is not None:
+                return  # failed earlier: records are dropped, the owner was told
             raise ValueError(f"{self.path}: writer is closed")
-        view = memoryview(self._buf)[: self._pos]
-        written = 0
-        while written < len(view):
-            written += self._file.write(view[written:]) or 0
-        self._pos = 0
+        view = memoryview(self._buf)[:pending]
+        done = 0
+        try:
+            while done < pending:
+                done += self._file.write(view[done:]) or 0
+        except OSError as exc:
+            self._fail(exc)
+            return
+        self.written += pending // RECORD_SIZE
+
+    def _fail(self, exc: OSError) -> None:
+        """Keep only whole records in the file, stop writing, remember why."""
+        self.error = exc
+        file, self._file = self._file, None
+        if file is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(file.fileno(), self.written * RECORD_SIZE)
+        with contextlib.suppress(OSError):
+            file.close()
 
     def flush(self) -> None:
         """Write the partial block and push it to the OS."""
-        if self._file is not None and self._pos:
+        if self._pos:
             self._write_block()
 
+    def checkpoint(self, t_ns: int | None = None) -> None:
+        """Flush and rewrite the count sidecar (``closed: false``); errors go to ``error``."""
+        self.flush()
+        if self._file is None:
+            return
+        try:
+            write_count(self.path, self.written, closed=False, t_ns=t_ns or time.time_ns())
+        except OSError as exc:
+            self._fail(exc)
+
     def close(self) -> None:
-        """Flush and close; safe to call twice."""
+        """Flush, fsync and close; the sidecar says ``closed: true``. Safe to call twice."""
         if self._file is None:
             return
         self.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        file = self._file
+        if file is None:  # the flush failed
+            return
+        try:
+            os.fsync(file.fileno())
+            write_count(self.path, self.written, closed=True, t_ns=time.time_ns())
+        except OSError as exc:
+            self._fail(exc)
+            return
+        file.close()
         self._file = None
 
     def __enter__(self) -> RecordWriter:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,20 @@ def preamble(runs: Sequence[LoadedRun]) -> str:
     return "\n".join(lines)
 
 
+def check_figures_dir(folder: Path) -> None:
+    """``--figures`` must name a folder that exists or can be created (UsageError if not)."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "is a file, not a folder" if probe == folder else f"{probe} is a file"
+        raise UsageError(f"--figures {folder}: {what}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--figures {folder}: {probe} is not writable")
+
+
 def build_report(
     paths: Sequence[Path],
     fmt: str = "md",
@@ -92,6 +107,8 @@ def build_report(
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if figures_dir is not None:
+        check_figures_dir(Path(figures_dir))
     runs = load_runs(paths, allow_mixed)
     summaries, plans = _pooled(runs)
     aggs = aggregate_repeats(summaries)

@@ -19,6 +19,7 @@ import numpy as np
 from mqbench.analysis.kernel import Hist, histogram, merge_hists, read_chunk
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.repeats import RepeatAggregate
+from mqbench.errors import UsageError
 from mqbench.records.format import LAT_UNIT_NS, RECORD_SIZE
 from mqbench.records.schedule import intended_ns_array
 from mqbench.report.tables import axis_text, axis_value, axis_values, facets
@@ -374,10 +375,17 @@ def build_figures(
 
 def save_figure(fig: NamedFigure, folder: Path) -> list[Path]:
     """Write ``<name>.png`` (150 dpi) and ``<name>.pdf`` into ``folder``; return the paths."""
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for ext in ("png", "pdf"):
-        path = folder / f"{fig.name}.{ext}"
-        fig.figure.savefig(path, dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
-        paths.append(path)
+    path = folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for ext in ("png", "pdf"):
+            path = folder / f"{fig.name}.{ext}"
+            meta = {"CreationDate": None} if ext == "pdf" else None
+            fig.figure.savefig(path, dpi=150, metadata=meta)
+            paths.append(path)
+    except OSError as exc:
+        raise UsageError(
+            f"--figures {folder}: cannot write {path}: {exc.strerror or exc}"
+        ) from None
     return paths

@@ -3,8 +3,9 @@
 Every value is the mean over a cell's repeats; ``± h`` follows when there are >= 2 repeats
 (``h`` = 95 % Student-t half-width). A ``†`` marks cells where the generator, not the
 broker, was the bottleneck in some repeat; a ``‡`` marks latency figures the generator's
-send lag shaped (``latency_verdict``). Which tables appear depends on which parameters
-vary (:func:`build_tables`).
+send lag shaped (``latency_verdict``); a ``§`` marks cells invalid for another reason (the
+broker exited, sends failed, records truncated). Which tables appear depends on which
+parameters vary (:func:`build_tables`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ LATENCY_NOTE: Final = (
     "‡ latency generator-bound in at least one repeat: the generator's send lag is a "
     "material share of the latency (see docs/results.md); it describes mqbench, not the broker."
 )
+INVALID_MARK: Final = "§"
+INVALID_NOTE: Final = (
+    "§ invalid in at least one repeat for a reason other than the generator (the broker "
+    "exited, sends failed, or records were truncated; see invalid_reasons in summary.json): "
+    "the numbers do not measure the broker."
+)
+
+
+def invalid_beyond_generator(agg: RepeatAggregate) -> bool:
+    """Invalid for a reason the saturation mark does not already say."""
+    return any(kind != "generator_saturated" for kind in agg.invalid_kinds)
+
 
 AXES: Final[dict[str, str]] = {
     "scenario": "Scenario",
@@ -180,6 +193,8 @@ def _mark(agg: RepeatAggregate, text: str, latency: bool = False) -> str:
         return text
     if agg.any_saturated:
         text = f"{text} {SATURATED_MARK}"
+    if invalid_beyond_generator(agg):
+        text = f"{text} {INVALID_MARK}"
     if latency and agg.any_latency_bound:
         text = f"{text} {LATENCY_MARK}"
     return text
@@ -218,7 +233,7 @@ def pivot(
         cols_v = axis_values(members, col_axis)
         header = [AXES[row_axis].split(" (")[0]] + [axis_text(col_axis, c) for c in cols_v]
         rows: list[list[str]] = []
-        saturated = bound = False
+        saturated = bound = invalid = False
         for r in rows_v:
             row = [axis_text(row_axis, r)]
             for c in cols_v:
@@ -229,6 +244,7 @@ def pivot(
                 ]
                 saturated |= any(h.any_saturated for h in hits)
                 bound |= latency and any(h.any_latency_bound for h in hits)
+                invalid |= any(invalid_beyond_generator(h) for h in hits)
                 row.append("; ".join(_mark(h, value(h), latency) for h in hits) if hits else "-")
             rows.append(row)
         notes = [note] if note else []
@@ -236,6 +252,8 @@ def pivot(
             notes.append(SATURATED_NOTE)
         if bound:
             notes.append(LATENCY_NOTE)
+        if invalid:
+            notes.append(INVALID_NOTE)
         suffix = f" ({label})" if label else ""
         slug = key if not label else f"{key}-{len(tables) + 1}"
         tables.append(Table(slug, title + suffix, header, rows, notes))
@@ -349,6 +367,8 @@ def cells_table(aggs: Sequence[RepeatAggregate]) -> Table:
         notes.append(SATURATED_NOTE)
     if any(a.any_latency_bound for a in aggs):
         notes.append(LATENCY_NOTE)
+    if any(invalid_beyond_generator(a) for a in aggs):
+        notes.append(INVALID_NOTE)
     return Table("cells", "All cells", header, rows, notes)
 
 
@@ -418,6 +438,7 @@ _LATEX_SPECIAL: Final = {
     "±": r"$\pm$",
     "†": r"\textsuperscript{\dag}",
     "‡": r"\textsuperscript{\ddag}",
+    "§": r"\textsuperscript{\S}",
     "≥": r"$\geq$",
 }
 

@@ -49,16 +49,68 @@ def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
 
 
-def read_scenario_data(path: Path) -> dict[str, Any]:
-    """Read the YAML mapping of a scenario file."""
+MAX_SCENARIO_BYTES = 16 * 1024 * 1024
+"""A scenario file is a few kilobytes; anything this big is not one."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    Plain YAML keeps the last value silently, so a typo'd second ``rate:`` would change
+    the benchmark without a word.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key; the base class explains it
+                break
+            if duplicate:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first given at line {first})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise ScenarioError(f"{path}: not a scenario file (binary data: NUL byte at offset {nul})")
     try:
-        text = path.read_text(encoding="utf-8")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ScenarioError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+            "save the scenario as UTF-8"
+        ) from None
+
+
+def read_scenario_data(path: Path) -> dict[str, Any]:
+    """Read the YAML mapping of a scenario file (UTF-8 text, no key given twice)."""
+    try:
+        if path.is_dir():
+            raise ScenarioError(f"{path}: is a folder, not a scenario file")
+        if path.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"{path}: too big for a scenario file (> 16 MiB)")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file") from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
+    text = _decode(path, raw)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise ScenarioError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -231,6 +231,18 @@ class Generator(_Strict):
         description="a lost client retries after 20 ms, doubling up to this (e.g. 100ms); "
         "after a repaired fault it stays away at most this long plus the connect",
     )
+    buffer_memory: int = Field(
+        default=1024**3,
+        gt=0,
+        description="bytes all publisher connections of a cell may queue for their sockets "
+        "together (e.g. 1GiB); a connection over its share refuses sends (recorded as "
+        "failed) instead of growing memory; one second of offered bytes must fit",
+    )
+
+    @field_validator("buffer_memory", mode="before")
+    @classmethod
+    def _parse_size(cls, value: Any) -> int:
+        return parse_size(value)
 
     @field_validator("workers")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_UNITS = {
@@ -28,6 +29,8 @@ def parse_size(value: int | float | str) -> int:
         if not value.is_integer():
             raise ValueError(f"a size must be a whole number of bytes, got {value!r}")
         return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size such as 64B, 1KiB or 1MiB, got {value!r}")
     match = _NUMBER_UNIT.match(value)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _SIZE_UNITS:
@@ -43,7 +46,11 @@ def parse_duration(value: int | float | str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as 30s or 2m, got {value!r}")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"a duration must be a finite number of seconds, got {value!r}")
         return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration such as 30s, 500ms or 2m, got {value!r}")
     match = _NUMBER_UNIT.match(value)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _DURATION_UNITS:

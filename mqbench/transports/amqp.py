@@ -82,6 +82,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    max_pending_bytes,
 )
 from mqbench.transports.drain import drain_write_buffer
 
@@ -123,7 +124,11 @@ class AmqpClient(asyncio.Protocol):
         self._prefetch = int(extra.get("prefetch", DEFAULT_PREFETCH))
         self._max_inflight = int(extra.get("max_inflight", DEFAULT_MAX_INFLIGHT))
         self._frame_max = int(extra.get("frame_max", DEFAULT_FRAME_MAX))
-        self._write_high = int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH))
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        self._write_high = min(
+            int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
+            max_pending_bytes(options),
+        )
         self._transport: asyncio.Transport | None = None
         # The senders' hot path reads only this: ``transport.write`` while usable, else None.
         self._write: Callable[[bytes], None] | None = None
@@ -152,6 +157,10 @@ class AmqpClient(asyncio.Protocol):
         self._lowest_unconfirmed = 1
         self._unconfirmed: dict[int, int] = {}
         self._ack_handler: AckHandler | None = None
+        self._write_paused = False
+        self._max_pending = max_pending_bytes(options)
+        self.sends_refused = 0
+        """Sends refused because the output buffer was full (``Sender``)."""
         self.server_properties: dict[str, Any] = {}
         """The broker's ``Connection.Start`` properties (product, version, capabilities)."""
         self.nacked = 0
@@ -391,6 +400,9 @@ class AmqpClient(asyncio.Protocol):
                 write = client._write
                 if write is None:
                     return False
+                if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                    client.sends_refused += 1
+                    return False
                 if len(payload) == size and prefix is not None:
                     write(prefix + payload + end)
                 else:
@@ -405,6 +417,9 @@ class AmqpClient(asyncio.Protocol):
         def send_qos1(payload: bytes, tag: int) -> bool:
             write = client._write
             if write is None or len(unconfirmed) >= limit:
+                return False
+            if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                client.sends_refused += 1
                 return False
             seq = client._confirm_seq + 1
             client._confirm_seq = seq
@@ -550,12 +565,14 @@ class AmqpClient(asyncio.Protocol):
             )
 
     def pause_writing(self) -> None:
-        """The write buffer passed its high-water mark (only reported: sends never block)."""
+        """The write buffer passed its high-water mark: sends are bounded from now on."""
+        self._write_paused = True
         if self._drain_waiter is None:
             self._emit("write_paused", {"buffered": self.pending_write_bytes()})
 
     def resume_writing(self) -> None:
         """The write buffer drained below its low-water mark."""
+        self._write_paused = False
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -26,12 +26,27 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 ``disconnected`` (details: ``expected``, ``reason``), ``protocol_error``, ``write_paused``."""
 
 Sender = Callable[[bytes, int], bool]
-"""``(payload, tag) -> handed_over``: False when the client is not connected (or, for
-QoS >= 1, when no packet id is free: back-pressure from unacknowledged messages).
+"""``(payload, tag) -> handed_over``: False when the client is not connected, when its output
+buffer is full (the socket is back-pressured and more than ``max_pending_bytes`` wait: the
+broker does not keep up; counted in the client's ``sends_refused``), or, for QoS >= 1, when
+no packet id is free (back-pressure from unacknowledged messages). A refused message is
+never queued, so the generator's memory stays bounded.
 
 A sender may raise ``TransportError`` for a payload the protocol or broker cannot carry
 (e.g. above NATS's ``max_payload``); the scenario should have been rejected before that.
 """
+
+
+DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+"""Per connection: bytes queued for the socket (coalesced and in the transport's buffer)
+above which a sender refuses new messages while the socket is back-pressured. The engine
+sets ``ClientOptions.extra["max_pending_bytes"]`` from ``generator.buffer_memory``."""
+
+
+def max_pending_bytes(options: ClientOptions) -> int:
+    """The output-buffer bound of a client (``extra["max_pending_bytes"]`` or the default)."""
+    value = options.extra.get("max_pending_bytes")
+    return int(value) if value else DEFAULT_MAX_PENDING_BYTES
 
 
 @dataclass(frozen=True)

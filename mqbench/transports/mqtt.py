@@ -49,6 +49,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    max_pending_bytes,
 )
 from mqbench.transports.drain import drain_write_buffer
 from mqbench.transports.mqtt_codec import (
@@ -117,6 +118,7 @@ class MqttClient(asyncio.Protocol):
         "_keepalive_handle",
         "_lost",
         "_lost_reason",
+        "_max_pending",
         "_next_pid",
         "_now",
         "_options",
@@ -136,7 +138,9 @@ class MqttClient(asyncio.Protocol):
         "_transport",
         "_write",
         "_write_high",
+        "_write_paused",
         "qos2_acked_as_qos1",
+        "sends_refused",
         "unrouted",
     )
 
@@ -156,6 +160,11 @@ class MqttClient(asyncio.Protocol):
         """Publishes written in this loop iteration, sent as one write at its end."""
         self._out_scheduled = False
         self._out_loop: asyncio.AbstractEventLoop | None = None
+        self._write_paused = False
+        self._max_pending = max_pending_bytes(options)
+        self.sends_refused = 0
+        """Sends refused because the output buffer (or the unacknowledged QoS >= 1 frames
+        kept for resending) exceeded ``max_pending_bytes`` (``Sender``)."""
         self._activity = False
         self._inflight: dict[int, int] = {}
         self._requests: dict[int, asyncio.Future[Packet]] = {}
@@ -180,8 +189,10 @@ class MqttClient(asyncio.Protocol):
         self._ack_waiter: asyncio.Future[None] | None = None
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._ping_outstanding = False
-        self._write_high = int(
-            options.extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        self._write_high = min(
+            int(options.extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
+            max_pending_bytes(options),
         )
         self.unrouted = 0
         """Messages that matched no subscription of this client (dropped)."""
@@ -343,6 +354,9 @@ class MqttClient(asyncio.Protocol):
                 write = client._write
                 if write is None:
                     return False
+                if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                    client.sends_refused += 1
+                    return False
                 n = len(payload)
                 if n != size:
                     prefix = publish_prefix(raw_topic, n, 0)
@@ -362,6 +376,11 @@ class MqttClient(asyncio.Protocol):
             nonlocal size, prefix
             write = client._write
             if write is None:
+                return False
+            if (
+                client._write_paused and client.pending_write_bytes() >= client._max_pending
+            ) or len(inflight) * len(payload) >= client._max_pending:
+                client.sends_refused += 1
                 return False
             pid = client._next_pid
             if pid in inflight or pid in requests:
@@ -388,6 +407,12 @@ class MqttClient(asyncio.Protocol):
         def send_qos2(payload: bytes, tag: int) -> bool:
             nonlocal size, prefix
             if client._write is None:
+                return False
+            queued = client._qos2_active() + len(backlog)
+            if (
+                client._write_paused and client.pending_write_bytes() >= client._max_pending
+            ) or queued * len(payload) >= client._max_pending:
+                client.sends_refused += 1
                 return False
             n = len(payload)
             if n != size:
@@ -599,12 +624,14 @@ class MqttClient(asyncio.Protocol):
             )
 
     def pause_writing(self) -> None:
-        """The write buffer passed its high-water mark (only reported: sends never block)."""
+        """The write buffer passed its high-water mark: sends are bounded from now on."""
+        self._write_paused = True
         if self._drain_waiter is None:
             self._emit("write_paused", {"buffered": self.pending_write_bytes()})
 
     def resume_writing(self) -> None:
         """The write buffer drained below its low-water mark."""
+        self._write_paused = False
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

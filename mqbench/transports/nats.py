@@ -38,6 +38,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    max_pending_bytes,
 )
 from mqbench.transports.nats_codec import (
     CRLF,
@@ -111,6 +112,9 @@ class NatsClient(asyncio.Protocol):
         self._max_payload = DEFAULT_MAX_PAYLOAD
         self._ack_handler: AckHandler | None = None
         self._write_paused = False
+        self._max_pending = max_pending_bytes(options)
+        self.sends_refused = 0
+        """Sends refused because the output buffer was full (``Sender``)."""
 
     # ------------------------------------------------------------------ base.Client
 
@@ -247,6 +251,9 @@ class NatsClient(asyncio.Protocol):
             def send_direct(payload: bytes, tag: int) -> bool:
                 if not client._connected:
                     return False
+                if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                    client.sends_refused += 1
+                    return False
                 header = headers.get(len(payload)) or header_for(len(payload))
                 client._write_now(header + payload + CRLF)
                 return True
@@ -260,6 +267,9 @@ class NatsClient(asyncio.Protocol):
         def send(payload: bytes, tag: int) -> bool:
             nonlocal out, last_size, last_header
             if not client._connected:
+                return False
+            if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                client.sends_refused += 1
                 return False
             if len(payload) == last_size:
                 out += last_header
@@ -351,7 +361,8 @@ class NatsClient(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         high = int(self._options.extra.get("write_buffer_high", WRITE_BUFFER_HIGH))
-        transport.set_write_buffer_limits(high=high)
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        transport.set_write_buffer_limits(high=min(high, self._max_pending))
 
     def data_received(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""

@@ -49,6 +49,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    max_pending_bytes,
 )
 from mqbench.transports.redis_codec import (
     CRLF,
@@ -131,6 +132,9 @@ class RedisClient(asyncio.Protocol):
         self._coalesce = bool(options.extra.get("coalesce_writes", True))
         self._ack_handler: AckHandler | None = None
         self._write_paused = False
+        self._max_pending = max_pending_bytes(options)
+        self.sends_refused = 0
+        """Sends refused because the output buffer was full (``Sender``)."""
         self._published = 0
         self._replies = 0
         self._receivers = 0
@@ -279,6 +283,9 @@ class RedisClient(asyncio.Protocol):
             def send_direct(payload: bytes, tag: int) -> bool:
                 if not client._connected:
                     return False
+                if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                    client.sends_refused += 1
+                    return False
                 prefix = prefixes.get(len(payload)) or prefix_for(len(payload))
                 client._published += 1
                 client._write_now(prefix + payload + CRLF)
@@ -293,6 +300,9 @@ class RedisClient(asyncio.Protocol):
         def send(payload: bytes, tag: int) -> bool:
             nonlocal last_size, last_prefix
             if not client._connected:
+                return False
+            if client._write_paused and client.pending_write_bytes() >= client._max_pending:
+                client.sends_refused += 1
                 return False
             if len(payload) != last_size:
                 last_prefix = prefixes.get(len(payload)) or prefix_for(len(payload))
@@ -383,7 +393,8 @@ class RedisClient(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         high = int(self._options.extra.get("write_buffer_high", WRITE_BUFFER_HIGH))
-        transport.set_write_buffer_limits(high=high)
+        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
+        transport.set_write_buffer_limits(high=min(high, self._max_pending))
 
     def data_received(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""

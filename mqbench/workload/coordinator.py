@@ -11,15 +11,18 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from mqbench.errors import TransportError
+from mqbench import interrupts
+from mqbench.errors import ResultsWriteError, TransportError
 from mqbench.workload.events import EventLog
 from mqbench.workload.plan import WorkerPlan
-from mqbench.workload.worker import worker_main
+from mqbench.workload.worker import WorkerFailure, worker_main
 
 START_DELAY_S = 0.5
 """Publishing starts this long after the start signal, so every worker gets it in time."""
 READY_GRACE_S = 30.0
 DONE_TIMEOUT_S = 30.0
+HURRY_DONE_S = 2.0
+"""After a second signal, workers get this long to flush before they are killed."""
 RATE_WINDOW_S = 2.0
 
 
@@ -78,6 +81,7 @@ class _WorkerHandle:
         self.stats: dict[str, Any] = {}
         self.published = False
         self.done = False
+        self.failure: WorkerFailure | None = None
 
     def send(self, kind: str, data: Any = None) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -123,20 +127,26 @@ class Coordinator:
     def run(self) -> LoadOutcome:
         """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
         ctx = mp.get_context("spawn")
-        self._handles = [_WorkerHandle(plan, ctx) for plan in self.plans]
-        if self.on_workers is not None:
-            self.on_workers([h.process.pid for h in self._handles if h.process.pid])
+        self._handles = []
         connected_ns = start_ns = 0
         published_ns: int | None = None
         interrupted = False
         try:
+            # One at a time, each registered before a signal can land: a Ctrl-C while
+            # spawning stops the workers already started (below).
+            for plan in self.plans:
+                with interrupts.deferred():
+                    self._handles.append(_WorkerHandle(plan, ctx))
+            if self.on_workers is not None:
+                self.on_workers([h.process.pid for h in self._handles if h.process.pid])
             connected_ns = self._wait_ready()
-            start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
-            for handle in self._handles:
-                handle.send("start", start_ns)
-            self.events.write("publishing_started", start_ns=start_ns)
-            if self.on_start is not None:
-                self.on_start(start_ns)
+            with interrupts.deferred():  # workers that got the start are recorded as started
+                start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
+                for handle in self._handles:
+                    handle.send("start", start_ns)
+                self.events.write("publishing_started", start_ns=start_ns)
+                if self.on_start is not None:
+                    self.on_start(start_ns)
             published_ns = self._watch(start_ns)
         except KeyboardInterrupt:
             interrupted = True
@@ -147,6 +157,9 @@ class Coordinator:
             stopped_ns = time.time_ns()
             self._wait_done()
         self.events.write("workers_stopped")
+        failed = next((h.failure for h in self._handles if h.failure is not None), None)
+        if failed is not None and failed.kind == "record_write":
+            raise ResultsWriteError(failed.message, path=failed.path, errno=failed.errno)
         return LoadOutcome(
             connected_ns=connected_ns,
             start_ns=start_ns,
@@ -203,11 +216,17 @@ class Coordinator:
 
     def _wait_done(self) -> None:
         deadline = time.monotonic() + DONE_TIMEOUT_S
+        hurried = False
         while any(not h.done for h in self._handles) and time.monotonic() < deadline:
+            if interrupts.hurrying() and not hurried:
+                hurried = True  # a second signal: skip acks, then kill what is left
+                for handle in self._handles:
+                    handle.send("stop", "fast")
+                deadline = min(deadline, time.monotonic() + HURRY_DONE_S)
             try:
-                self._poll(0.25, phase="stopping", start_ns=None, raise_errors=False)
+                self._poll(0.1, phase="stopping", start_ns=None, raise_errors=False)
             except KeyboardInterrupt:
-                break  # a second Ctrl-C: stop waiting, terminate below
+                break  # a second Ctrl-C without StopSignals: stop waiting, terminate below
         for handle in self._handles:
             handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if handle.process.is_alive():
@@ -257,6 +276,14 @@ class Coordinator:
                 self.events.write(str(details.pop("kind")), worker=handle.plan.worker, **details)
             elif kind == "error":
                 handle.done = True
+                if isinstance(data, WorkerFailure):
+                    handle.failure = data
+                    self.events.write(
+                        "error", worker=handle.plan.worker, message=data.message, failure=data.kind
+                    )
+                    if raise_errors:
+                        raise ResultsWriteError(data.message, path=data.path, errno=data.errno)
+                    continue
                 self.events.write("error", worker=handle.plan.worker, message=data)
                 if raise_errors:
                     raise TransportError(str(data))

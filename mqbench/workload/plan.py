@@ -152,6 +152,7 @@ def build_plans(
     reconnect_max_s: float = 0.1,
     timer: str = "auto",
     layout: str = "shared",
+    client_extra: dict[str, object] | None = None,
 ) -> list[WorkerPlan]:
     """Shard a cell over worker processes.
 
@@ -212,6 +213,7 @@ def build_plans(
                 proxied_subs=frozenset((proxied or {}).get("subscribers", [])),
                 proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
                 reconnect_max_s=reconnect_max_s,
+                client_extra=dict(client_extra or {}),
             )
         )
     return plans

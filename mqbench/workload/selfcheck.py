@@ -29,8 +29,14 @@ def generator_verdict(workers: list[dict[str, Any]], *, late_threshold_ms: float
             f"{100 * late / due:.1f}% of sends were over {late_threshold_ms:g} ms late "
             f"(max {max_lag:.1f} ms)"
         )
-    if failed:
-        warnings.append(f"{failed} sends were due while their client was disconnected")
+    refused = sum(int(w.get("send_refused") or 0) for w in workers)
+    if failed > refused:
+        warnings.append(f"{failed - refused} sends were due while their client was disconnected")
+    if refused:
+        warnings.append(
+            f"{refused} sends were refused: their connection's output buffer was full "
+            "(the broker did not keep up; generator.buffer_memory bounds it)"
+        )
     downgraded = sum(int(w.get("qos_downgraded") or 0) for w in workers)
     if downgraded:
         granted = min(

@@ -3,8 +3,15 @@
 The parent talks to it over a ``multiprocessing`` pipe:
 
     worker -> parent  ("ready", info) | ("stats", stats) | ("published", stats)
-                      | ("event", event) | ("done", stats) | ("error", message)
-    parent -> worker  ("start", start_ns) | ("stop", None)
+                      | ("event", event) | ("done", stats)
+                      | ("error", message) | ("error", WorkerFailure)
+    parent -> worker  ("start", start_ns) | ("stop", None) | ("stop", "fast")
+
+Records reach the disk at least once a second (``RECORD_CHECKPOINT_S``), with their count
+in a sidecar, so a hard kill loses at most about a second. A worker dies with its parent:
+the parent-death signal (SIGTERM) and the end of the control pipe both make it stop,
+flush and exit; while the parent lives it ignores SIGINT and SIGTERM (the parent
+coordinates the stop, e.g. when ``timeout`` signals the whole process group).
 """
 
 from __future__ import annotations
@@ -13,14 +20,17 @@ import asyncio
 import contextlib
 import functools
 import math
+import multiprocessing as mp
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from mqbench import lifeline
 from mqbench.errors import MqbenchError, TransportError
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.writer import RecordWriter
@@ -32,6 +42,8 @@ from mqbench.workload.timer import timer_factory
 from mqbench.workload.topology import PubSpec, SubSpec
 
 STATS_INTERVAL_S = 0.5
+RECORD_CHECKPOINT_S = 1.0
+"""Records are written out (with their count sidecar) at least this often."""
 CLIENT_STATS_SLICE = 256
 LOOP_LAG_PROBE_S = 0.05
 RECONNECT_FIRST_S = 0.02
@@ -42,6 +54,17 @@ which otherwise shows up as extra QoS 0 loss charged to the broker."""
 
 def _never(payload: bytes, tag: int) -> bool:
     return False
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A typed failure sent to the parent (``("error", WorkerFailure)``)."""
+
+    kind: str
+    """``record_write``: a record file could not be written (e.g. the disk is full)."""
+    message: str
+    path: str | None = None
+    errno: int | None = None
 
 
 class Worker:
@@ -63,7 +86,7 @@ class Worker:
         self.disconnects = 0
         self.reconnects = 0
         self.connect_failed = 0
-        self._client_totals: tuple[int, int, int] = (0, 0, 0)
+        self._client_totals: tuple[int, int, int, int] = (0, 0, 0, 0)
         self.qos_downgraded = 0
         self.granted_qos_min: int | None = None
         self.first_connect_error: str | None = None
@@ -81,6 +104,9 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._publish_cpu: list[float] = []
         """process_time and monotonic time at the start and end of publishing."""
+        self._fast_stop = False
+        self.failure: WorkerFailure | None = None
+        self.parent_pid = os.getppid()
 
     # -- control channel -------------------------------------------------------------
 
@@ -100,15 +126,50 @@ class Worker:
         if kind == "start" and self._start is not None and not self._start.done():
             self._start.set_result(int(data))
         elif kind == "stop":
-            assert self._stop is not None
-            self._stop.set()
-            if self._start is not None and not self._start.done():
-                self._start.cancel()
-            if self._loop_task is not None:
-                self._loop_task.stop()
+            self._request_stop(fast=data == "fast")
 
-    def _count_clients(self, clients: list[Client | None]) -> tuple[int, int, int]:
-        connected = pending = puback = 0
+    def _request_stop(self, fast: bool = False) -> None:
+        """Stop publishing, close clients and flush (``fast``: without waiting for acks)."""
+        self._fast_stop |= fast
+        assert self._stop is not None
+        self._stop.set()
+        if self._start is not None and not self._start.done():
+            self._start.cancel()
+        if self._loop_task is not None:
+            self._loop_task.stop()
+
+    def _on_sigterm(self) -> None:
+        """SIGTERM (the parent-death signal, or a group-wide signal): stop only if orphaned."""
+        if os.getppid() != self.parent_pid:
+            self._request_stop()
+
+    def _checkpoint(self) -> None:
+        t_ns = time.time_ns()
+        for writer in (self.deliveries, self.sends):
+            writer.checkpoint(t_ns)
+        self._note_write_errors()
+
+    def _note_write_errors(self) -> None:
+        """A record file that cannot be written stops the worker (and the run)."""
+        for writer in (self.deliveries, self.sends):
+            err = writer.error
+            if err is not None and self.failure is None:
+                self.failure = WorkerFailure(
+                    "record_write",
+                    f"cannot write {writer.path}: {err.strerror or err}",
+                    str(writer.path),
+                    err.errno,
+                )
+                if self._stop is not None:
+                    self._request_stop(fast=True)
+
+    async def _checkpoint_records(self) -> None:
+        while True:
+            await asyncio.sleep(RECORD_CHECKPOINT_S)
+            self._checkpoint()
+
+    def _count_clients(self, clients: list[Client | None]) -> tuple[int, int, int, int]:
+        connected = pending = puback = refused = 0
         for c in clients:
             if c is None:
                 continue
@@ -116,7 +177,8 @@ class Worker:
                 connected += 1
                 pending += c.pending_write_bytes()
             puback += int(getattr(c, "qos2_acked_as_qos1", 0))
-        return connected, pending, puback
+            refused += int(getattr(c, "sends_refused", 0))
+        return connected, pending, puback, refused
 
     async def _refresh_client_totals(self) -> None:
         """Recount per-client figures in slices, yielding between them.
@@ -125,12 +187,12 @@ class Worker:
         interval it stalled the loop (15-20 ms loop lag with 9000 pairs, >1% of sends late).
         """
         clients = self.publishers + self.subscribers
-        totals = [0, 0, 0]
+        totals = [0, 0, 0, 0]
         for i in range(0, len(clients), CLIENT_STATS_SLICE):
             for k, value in enumerate(self._count_clients(clients[i : i + CLIENT_STATS_SLICE])):
                 totals[k] += value
             await asyncio.sleep(0)
-        self._client_totals = (totals[0], totals[1], totals[2])
+        self._client_totals = (totals[0], totals[1], totals[2], totals[3])
 
     def stats(self, fresh: bool = True) -> dict[str, Any]:
         """Counters reported to the parent (cumulative).
@@ -141,15 +203,17 @@ class Worker:
         loop_stats = self._loop_task.stats if self._loop_task else None
         if fresh:
             self._client_totals = self._count_clients(self.publishers + self.subscribers)
-        connected, pending, puback = self._client_totals
+        connected, pending, puback, refused = self._client_totals
         return {
             "worker": self.plan.worker,
             "pid": os.getpid(),
             "sent": self.sent_ok,
             "send_failed": self.send_failed,
+            "send_refused": refused,
             "acked": self.acked,
             "received": self.deliveries.count,
             "role": self.plan.role,
+            "records_written": self.deliveries.written + self.sends.written,
             "due": loop_stats.due if loop_stats else 0,
             "late": loop_stats.late if loop_stats else 0,
             "max_send_lag_ns": loop_stats.max_lag_ns if loop_stats else 0,
@@ -456,9 +520,16 @@ class Worker:
         self._start = loop.create_future()
         self._stop = asyncio.Event()
         loop.add_reader(self.conn.fileno(), self._on_control)
-        background: list[asyncio.Task[None]] = [asyncio.create_task(self._report_stats())]
+        loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)
+        background: list[asyncio.Task[None]] = [
+            asyncio.create_task(self._report_stats()),
+            asyncio.create_task(self._checkpoint_records()),
+        ]
+        if os.getppid() != self.parent_pid:  # orphaned before the handler was in place
+            self._request_stop()
         try:
-            await self._connect_all()
+            if not await self._connect_unless_stopped():
+                return
             self.send_message("ready", {"connected_ns": self.connected_ns, "stats": self.stats()})
             try:
                 start_ns = await self._start
@@ -498,8 +569,25 @@ class Worker:
                 task.cancel()
             loop.remove_reader(self.conn.fileno())
             await self._close_all()
+            self._checkpoint()
             self.deliveries.close()
             self.sends.close()
+            self._note_write_errors()  # a write error while closing is reported too
+
+    async def _connect_unless_stopped(self) -> bool:
+        """Connect every client; False when a stop came first (connecting is abandoned)."""
+        assert self._stop is not None
+        connect = asyncio.ensure_future(self._connect_all())
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not connect.done():
+            connect.cancel()
+            with contextlib.suppress(asyncio.CancelledError, MqbenchError):
+                await connect
+            return False
+        connect.result()
+        return True
 
     async def _sleep_until(self, t_ns: int) -> None:
         delay = (t_ns - time.time_ns()) / 1e9
@@ -510,15 +598,44 @@ class Worker:
         self._closing = True
         publishers = [c for c in self.publishers if c is not None]
         for client in publishers:
+            if self._fast_stop:
+                break
             with contextlib.suppress(Exception):
                 await client.flush(1.0)
         clients = publishers + [c for c in self.subscribers if c is not None]
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
 
 
+def _orphan_exit(signum: int, frame: object) -> None:
+    """SIGTERM outside the event loop: exit only when the parent is gone."""
+    parent = mp.parent_process()
+    if parent is None or os.getppid() != parent.pid:
+        raise SystemExit(128 + signum)
+
+
+def _raise_open_files_limit() -> None:
+    """Use the hard open-files limit: thousands of connections need thousands of files."""
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def worker_main(plan: WorkerPlan, conn: Connection) -> None:
-    """Process entry point: SIGINT is the parent's to handle; it sends ``stop``."""
+    """Process entry point: SIGINT and SIGTERM are the parent's to handle; it sends ``stop``.
+
+    The worker dies with its parent (``mqbench/lifeline.py``): SIGTERM on the parent's
+    death makes it stop and flush.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _orphan_exit)
+    parent = mp.parent_process()
+    parent_pid = parent.pid if parent is not None else None
+    if parent_pid is not None and not lifeline.die_with_parent(signal.SIGTERM, parent_pid):
+        return  # the parent died before the signal was armed
+    _raise_open_files_limit()
     try:
         worker = Worker(plan, conn)
     except MqbenchError as exc:
@@ -534,7 +651,11 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
             runner = asyncio.run
         runner(worker.run())
-        worker.send_message("done", worker.stats())
+        signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
+        if worker.failure is not None:
+            worker.send_message("error", worker.failure)
+        else:
+            worker.send_message("done", worker.stats())
     except MqbenchError as exc:
         worker.send_message("error", str(exc))
     except Exception as exc:  # report, never hang the parent

@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,29 +20,10 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker
 from mqbench.records.format import HEADER
 from mqbench.scenario.loader import validate_scenario
-from mqbench.scenario.matrix import Cell
-from mqbench.workload.coordinator import Progress
-from mqbench.workload.run import run_scenario
+from mqbench.workload.run import SilentReporter, run_scenario
 
 pytestmark = pytest.mark.integration
 NATIVE_ARGS = ("-t", "mqbench/#", "-F", "%U %x")
-
-
-class _Silent:
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        pass
-
-    def cell_started(self, cell: Cell) -> None:
-        pass
-
-    def phase(self, cell: Cell, text: str) -> None:
-        pass
-
-    def progress(self, cell: Cell, progress: Progress) -> None:
-        pass
-
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
-        pass
 
 
 def _native_latencies_us(out: Path, start_ns: int, end_ns: int) -> np.ndarray:
@@ -96,7 +76,7 @@ def test_latency_from_send_agrees_with_an_independent_native_subscriber(
                 scenario_data=data,
                 out_root=tmp_path / "results",
                 argv=["pytest"],
-                reporter=_Silent(),
+                reporter=SilentReporter(),
             )
         finally:
             native.terminate()

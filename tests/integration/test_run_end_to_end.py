@@ -131,6 +131,8 @@ def test_ctrl_c_leaves_flushed_records_and_an_interrupted_manifest(tmp_path: Pat
             str(out),
             "--set",
             "workload.duration=60s",
+            "--set",
+            "workload.warmup=1s",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -144,7 +146,7 @@ def test_ctrl_c_leaves_flushed_records_and_an_interrupted_manifest(tmp_path: Pat
             if records and records[0].stat().st_size > 0:
                 break
             time.sleep(0.2)
-        time.sleep(1.0)
+        time.sleep(5.0)  # records reach the disk every second: wait past warm-up + drain (3 s)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     finally:

@@ -210,6 +210,9 @@ def test_version_1_summaries_are_read_with_the_later_defaults(tmp_path: Path) ->
         "window_source",
         "deliveries_per_s",
         "throughput_min_msg_s",
+        "unsent",
+        "invalid_reasons",
+        "record_issues",
         "latency_verdict",
         "latency_reason",
     ):
@@ -220,6 +223,7 @@ def test_version_1_summaries_are_read_with_the_later_defaults(tmp_path: Path) ->
     old = read_summary_json(path)
     assert old.schema_version == SUMMARY_SCHEMA_VERSION == 3
     assert (old.window_source, old.deliveries_per_s) == ("manifest", [])
+    assert (old.unsent, old.invalid_reasons, old.record_issues) == (None, [], [])
     assert old.latency_verdict == "n/a" and not old.latency_generator_bound
     data["schema_version"] = 99
     with pytest.raises(AnalysisError, match="schema version 99"):

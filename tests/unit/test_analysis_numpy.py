@@ -163,12 +163,17 @@ def test_resources_are_averaged_over_samples_inside_the_window(tmp_path: Path) -
     assert s.generator_cpu_cores_mean is None
 
 
-def test_truncated_record_file_raises_analysis_error_naming_the_file(tmp_path: Path) -> None:
+def test_a_torn_record_file_is_analysed_up_to_its_last_whole_record_and_reported(
+    tmp_path: Path,
+) -> None:
     cell = make_cell(tmp_path, deliveries=[records([(0, 1, 0, 0, 0)])], sends=[])
     path = tmp_path / "cells" / "c0" / "deliveries-0.bin"
     path.write_bytes(path.read_bytes() + b"\0" * 5)
-    with pytest.raises(AnalysisError, match=r"deliveries-0\.bin.*truncated"):
-        analyze_cell_numpy(cell, tmp_path / "cells" / "c0")
+    s = analyze_cell_numpy(cell, tmp_path / "cells" / "c0")
+    assert s.delivery_records == 1
+    assert s.record_issues == ["deliveries-0.bin: 5 bytes of a torn last record ignored"]
+    assert not s.valid
+    assert "records_truncated" in [r.kind.value for r in s.invalid_reasons]
 
 
 def test_interrupted_cell_clips_window_to_stop_time_minus_drain(tmp_path: Path) -> None:

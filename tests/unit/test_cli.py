@@ -54,7 +54,7 @@ def test_validate_rejects_qos_the_protocol_cannot_give(tmp_path: Path) -> None:
     path = write(tmp_path, "name: ok\ntargets: [nats]\nworkload: {qos: 1}\n")
     result = runner.invoke(app, ["scenario", "validate", str(path)])
     assert result.exit_code == 1
-    assert "QoS 1 is not supported by the nats transport" in result.output
+    assert "QoS 1 is not supported by the nats client" in result.output
 
 
 def test_bad_set_override_is_a_usage_error_with_exit_code_2(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def _slower_copy(tmp_path: Path, factor: float) -> Path:
 
 
 def test_compare_runs_flags_a_throughput_drop_in_one_cell(tmp_path: Path) -> None:
-    res = compare_runs(FIXTURE, _slower_copy(tmp_path, 0.8), "throughput=-5%")
+    res = compare_runs(FIXTURE, _slower_copy(tmp_path, 0.8), "throughput=-5%", allow_invalid=True)
     verdicts = {c.cell: c.verdict for c in res.cells}
     assert verdicts["alpha-64B-1pairs-1khz-qos0"] == "regression"
     assert [v for k, v in verdicts.items() if k != "alpha-64B-1pairs-1khz-qos0"] == ["ok"] * 3
@@ -166,14 +166,16 @@ def _cli() -> typer.Typer:
 
 def test_compare_cli_exits_3_on_regression_and_prints_json(tmp_path: Path) -> None:
     current = _slower_copy(tmp_path, 0.8)
-    result = CliRunner().invoke(_cli(), ["compare", str(FIXTURE), str(current), "--format", "json"])
+    result = CliRunner().invoke(
+        _cli(), ["compare", str(FIXTURE), str(current), "--format", "json", "--allow-invalid"]
+    )
     assert result.exit_code == 3, result.output
     data = json.loads(result.stdout)
     assert data["verdict"] == "regression" and data["counts"]["regression"] == 1
 
 
 def test_compare_cli_exits_0_when_nothing_regressed(tmp_path: Path) -> None:
-    result = CliRunner().invoke(_cli(), ["compare", str(FIXTURE), str(FIXTURE)])
+    result = CliRunner().invoke(_cli(), ["compare", str(FIXTURE), str(FIXTURE), "--allow-invalid"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-1].startswith("OK: 12 ok")
 
@@ -224,10 +226,9 @@ def test_allow_generator_bound_judges_latency_anyway() -> None:
 
 def test_compare_cli_exits_4_when_latency_is_generator_bound(tmp_path: Path) -> None:
     current = _latency_bound_copy(tmp_path)
-    result = CliRunner().invoke(_cli(), ["compare", str(FIXTURE), str(current)])
+    args = ["compare", str(FIXTURE), str(current), "--allow-invalid"]  # the fixture's † cell
+    result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 4, result.output
     assert result.stdout.splitlines()[-1].startswith("REFUSED:")
-    allowed = CliRunner().invoke(
-        _cli(), ["compare", str(FIXTURE), str(current), "--allow-generator-bound"]
-    )
+    allowed = CliRunner().invoke(_cli(), [*args, "--allow-generator-bound"])
     assert allowed.exit_code == 0, allowed.output

@@ -131,6 +131,14 @@ def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() 
     assert verdict["warnings"] == ["3 sends were due while their client was disconnected"]
 
 
+def test_sends_refused_by_a_full_output_buffer_are_told_apart_from_disconnections() -> None:
+    verdict = generator_verdict(
+        [{"worker": 0, "due": 1000, "send_failed": 10, "send_refused": 7}], late_threshold_ms=5
+    )
+    assert verdict["warnings"][0] == "3 sends were due while their client was disconnected"
+    assert verdict["warnings"][1].startswith("7 sends were refused: their connection's output")
+
+
 def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos() -> None:
     workers = [
         {"worker": 0, "due": 100, "qos_downgraded": 6, "granted_qos_min": 1},

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from mqbench import __version__
+from mqbench import __version__, lifeline
 from mqbench.brokers.net import free_port, recv_line, tcp_connect
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options, run_for_output
 from mqbench.brokers.specs.mosquitto import mqtt_probe
@@ -82,6 +82,13 @@ def _wait(
 
 
 def _terminate(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    try:
+        _terminate_now(proc, sig)
+    finally:
+        lifeline.release(proc.pid)
+
+
+def _terminate_now(proc: subprocess.Popen[bytes], sig: int) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -135,6 +142,7 @@ class RedisService:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True,
             )  # fmt: skip
+        lifeline.guard(self.proc.pid)
         try:
             _wait(self._ping, timeout_s, self.proc, "redis-server", self.log_path)
         except BaseException:
@@ -245,6 +253,7 @@ class PostgresService:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=self.data_dir, start_new_session=True, close_fds=True, **kwargs,
             )  # fmt: skip
+        lifeline.guard(self.proc.pid)
         isready = str(PG_BIN / "pg_isready")
         try:
             _wait(

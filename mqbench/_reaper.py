@@ -1,0 +1,104 @@
+"""The orphan reaper (see ``mqbench/lifeline.py``); run as ``python -I -S _reaper.py``.
+
+Standard library only, no mqbench imports: it starts in a few milliseconds and keeps
+working whatever state mqbench is in. Protocol on stdin, one line per message::
+
+    add <pid> <start time>     guard the process group led by <pid>
+    del <pid>                  forget it (mqbench stopped it)
+
+At end-of-file (mqbench exited, however it exited) every guarded group still present gets
+SIGTERM, and SIGKILL after ``GRACE_S``; then the reaper exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+GRACE_S = 3.0
+POLL_S = 0.05
+
+
+def start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def signal_group(pid: int, started: int, signum: int) -> bool:
+    """Signal the group led by pid unless pid now names another process (PID reuse)."""
+    now = start_time(pid)
+    if now is not None and now != started:
+        return False
+    try:
+        os.killpg(pid, signum)
+        return True
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return False
+    try:
+        os.kill(pid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` still runs (zombies waiting for init do not count)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    if not entries:  # no /proc: ask the kernel (zombies count as alive here)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def main() -> int:
+    for name in ("SIGINT", "SIGHUP", "SIGPIPE"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    os.chdir("/")
+    guarded: dict[int, int] = {}
+    for raw in sys.stdin.buffer:
+        parts = raw.decode("ascii", "replace").split()
+        try:
+            if parts[0] == "add" and len(parts) == 3:
+                guarded[int(parts[1])] = int(parts[2])
+            elif parts[0] == "del" and len(parts) == 2:
+                guarded.pop(int(parts[1]), None)
+        except (IndexError, ValueError):
+            continue
+    targets = {pid: t for pid, t in guarded.items() if signal_group(pid, t, signal.SIGTERM)}
+    deadline = time.monotonic() + GRACE_S
+    while targets and time.monotonic() < deadline:
+        targets = {pid: t for pid, t in targets.items() if group_alive(pid)}
+        time.sleep(POLL_S)
+    for pid, started in targets.items():
+        signal_group(pid, started, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Scenario fuzzing: whatever a scenario file holds, mqbench answers with one line, never a
+traceback.
+
+Every example goes through what ``mqbench scenario validate`` does (read, parse, validate,
+expand, the load pre-flight) and must either pass or raise a ``MqbenchError`` whose message
+is one line. The unit suite runs a few hundred examples per strategy; the long mode runs
+``MQBENCH_FUZZ_EXAMPLES`` (e.g. 10000) on demand::
+
+    MQBENCH_FUZZ_EXAMPLES=10000 .venv/bin/pytest tests/unit/test_scenario_fuzz.py
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqbench.errors import MqbenchError
+from mqbench.scenario.loader import load_scenario
+from mqbench.scenario.matrix import expand
+from mqbench.workload.run import check_load
+
+EXAMPLES = int(os.environ.get("MQBENCH_FUZZ_EXAMPLES", "150"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+MAX_CELLS = 64
+"""Examples that expand to more cells are only validated, not pre-flighted (time)."""
+
+BASE: dict[str, Any] = {
+    "name": "fuzz",
+    "targets": ["nats"],
+    "workload": {"pairs": 2, "rate": 10, "payload": "64B", "duration": "1s", "warmup": "0s"},
+}
+KEYS = {
+    "": ["name", "description", "targets", "runtime", "client", "resources", "workload",
+         "search", "faults", "generator", "broker", "repeat", "seed"],
+    "workload": ["topology", "pairs", "subscribers", "publishers", "fanin_groups", "groups",
+                 "persistent", "connect_rate", "churn", "rate", "payload", "qos", "duration",
+                 "warmup", "drain"],
+    "generator": ["workers", "connect_timeout", "max_send_lag_ms", "spin_ms", "reconnect_max",
+                  "buffer_memory"],
+    "broker": ["host", "port", "pid", "startup_timeout", "options"],
+    "faults": ["type", "attributes", "stream", "toxicity", "target", "schedule", "proxy"],
+    "search": ["axis", "values", "stop"],
+}  # fmt: skip
+WORDS = [
+    "nats", "mosquitto", "redis", "pairs", "fanout", "fanin", "groups", "p2p", "auto",
+    "1KiB", "64B", "5s", "1m", "500ms", "-1", "1e9", "0", "inf", "nan", "", "~", "[", "{",
+]  # fmt: skip
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(WORDS),
+    st.text(max_size=12),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(WORDS), st.text(max_size=6)), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def check_one(path: Path) -> None:
+    """Validate like the CLI; any failure must be a one-line MqbenchError."""
+    try:
+        scenario, _ = load_scenario(path)
+        cells = expand(scenario)
+        if len(cells) <= MAX_CELLS:
+            check_load(scenario, cells)
+    except MqbenchError as exc:
+        message = str(exc)
+        assert message and "\n" not in message, repr(message)
+        assert "Traceback" not in message
+
+
+def _write(data: bytes) -> Path:
+    handle = tempfile.NamedTemporaryFile(suffix=".yaml", delete=False)  # noqa: SIM115
+    with handle:
+        handle.write(data)
+    return Path(handle.name)
+
+
+def _check_bytes(data: bytes) -> None:
+    path = _write(data)
+    try:
+        check_one(path)
+    finally:
+        path.unlink()
+
+
+@FUZZ
+@given(st.binary(max_size=512))
+def test_random_bytes_never_raise_anything_but_a_one_line_error(data: bytes) -> None:
+    _check_bytes(data)
+
+
+@FUZZ
+@given(st.text(max_size=400))
+def test_random_text_never_raises_anything_but_a_one_line_error(text: str) -> None:
+    _check_bytes(text.encode("utf-8", "surrogatepass"))
+
+
+@st.composite
+def mutated_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """The base scenario with a few known keys set to arbitrary values."""
+    data: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        section = draw(st.sampled_from(sorted(KEYS)))
+        key = draw(st.sampled_from(KEYS[section]))
+        value = draw(values)
+        if section == "":
+            data[key] = value
+        else:
+            node = data.get(section)
+            if not isinstance(node, dict):
+                node = data[section] = {}
+            node[key] = value
+    return data
+
+
+@FUZZ
+@given(mutated_scenarios())
+def test_scenarios_with_arbitrary_values_never_raise_anything_but_a_one_line_error(
+    data: dict[str, Any],
+) -> None:
+    _check_bytes(yaml.safe_dump(data, allow_unicode=True).encode("utf-8"))
+
+
+@FUZZ
+@given(mutated_scenarios(), st.integers(min_value=0, max_value=400), st.binary(max_size=8))
+def test_corrupted_scenario_files_never_raise_anything_but_a_one_line_error(
+    data: dict[str, Any], at: int, junk: bytes
+) -> None:
+    text = yaml.safe_dump(data, allow_unicode=True).encode("utf-8")
+    at = min(at, len(text))
+    _check_bytes(text[:at] + junk + text[at:])
