@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mqbench.endpoint import Endpoint
+
+__all__ = ["Endpoint"]  # re-exported until every module imports mqbench.endpoint
+
 MessageHandler = Callable[[memoryview | bytes, int], None]
 """``(payload, t_recv_ns)``: called per delivered message; payload starts with the header.
 
@@ -47,14 +51,6 @@ def max_pending_bytes(options: ClientOptions) -> int:
     """The output-buffer bound of a client (``extra["max_pending_bytes"]`` or the default)."""
     value = options.extra.get("max_pending_bytes")
     return int(value) if value else DEFAULT_MAX_PENDING_BYTES
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a broker listens."""
-
-    host: str
-    port: int
 
 
 @dataclass(frozen=True)
