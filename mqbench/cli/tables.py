@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from mqbench.analysis.summary import CellSummary
+from mqbench.report.labels import label
 
 
 def _ms(value_us: float | None) -> str:
@@ -32,26 +33,27 @@ def validity_text(s: CellSummary) -> str:
 def summary_table(summaries: Sequence[CellSummary]) -> Table:
     """One row per cell: delivery, throughput, latency (ms), lag, broker resources, validity."""
     table = Table(
-        title="results (latency in ms from the intended send time; window = measured period; "
-        "loss % over scheduled messages, unsent = scheduled but never sent)",
+        title="results (latency from the intended send time; window = measured period; "
+        "loss over scheduled messages, unsent = scheduled but never sent)",
         title_justify="left",
     )
+    # metric columns carry the labels the report uses for the same numbers
     columns = [
         ("cell", "left"),
         ("sent", "right"),
         ("unsent", "right"),
         ("recv", "right"),
-        ("loss %", "right"),
-        ("dup", "right"),
-        ("msg/s", "right"),
-        ("p50", "right"),
-        ("p95", "right"),
-        ("p99", "right"),
-        ("max", "right"),
-        ("p99 from send", "right"),
-        ("lag p99", "right"),
-        ("broker cpu", "right"),
-        ("broker MB", "right"),
+        (label("loss_pct"), "right"),
+        (label("duplicates"), "right"),
+        (label("throughput_msg_s"), "right"),
+        (label("latency_p50_us"), "right"),
+        (label("latency_p95_us"), "right"),
+        (label("latency_p99_us"), "right"),
+        (label("latency_max_us"), "right"),
+        (label("latency_from_send_p99_us"), "right"),
+        (label("send_lag_p99_us"), "right"),
+        (label("broker_cpu_cores_mean"), "right"),
+        (label("broker_rss_mb_max"), "right"),
         ("valid", "left"),
         ("latency", "left"),
     ]
