@@ -57,8 +57,14 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
         ("valid", "left"),
         ("latency", "left"),
     ]
+    # the labelled headers wrap; the cell id must not be the column that gets squeezed
+    widest_id = min(48, max((len(s.cell_id) for s in summaries), default=4))
     for name, justify in columns:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            min_width=widest_id if name == "cell" else None,
+        )
     for s in summaries:
         lat, from_send, lag = s.latency, s.latency_from_send, s.send_lag
         if s.latency_generator_bound:
