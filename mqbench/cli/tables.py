@@ -100,18 +100,18 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
 
 def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
     """One row per cell with faults: downtime, latency in/out of faults, recovery times."""
-    table = Table(title="faults (latency in ms from the intended send time)", title_justify="left")
+    table = Table(title="faults (latency from the intended send time)", title_justify="left")
     for name in (
         "cell",
         "faults",
-        "downtime %",
-        "sub away %",
-        "p50 out",
-        "p99 out",
-        "p50 in",
-        "p99 in",
-        "first delivery ms (max)",
-        "drain ms (max)",
+        "downtime (%)",
+        "sub away (%)",
+        "p50 out (ms)",
+        "p99 out (ms)",
+        "p50 in (ms)",
+        "p99 in (ms)",
+        "first delivery max (ms)",
+        "drain max (ms)",
         "reconnects",
         "dup",
     ):
