@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mqbench.records.format import RECORD_DTYPE, SEND_ACK, SEND_OK
+
+if TYPE_CHECKING:
+    from mqbench.scenario.matrix import Cell
 
 MS = 1_000_000
 RATE = 1000.0  # per publisher: with n publishers, slot k = seq * n + pub is at k * 1 ms / n
@@ -149,3 +154,79 @@ def rich_run(root: Path) -> Path:
         sends=[sends_ok(2, range(100), lag_ns=1_000)],
     )
     return write_manifest(root, [pairs, fanout])
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What one cell of :func:`scenario_run` measured (latency in µs, from the send)."""
+
+    latency_us: float = 200.0
+    spread_us: float = 100.0
+    cpu_cores: float = 0.1
+    rss_mb: float = 10.0
+    send_lag_us: float = 0.0
+    saturated: bool = False
+    broker_exited: bool = False
+    tail_loss: bool = False
+
+
+def scenario_run(
+    root: Path,
+    scenario: dict[str, Any],
+    traits: Callable[[Cell], Traits] = lambda cell: Traits(),
+    messages: int = 40,
+) -> Path:
+    """A result folder as ``mqbench run`` leaves it for ``scenario`` (a scenario file's
+    data; the workload rate is forced to RATE): the manifest holds the resolved scenario,
+    ``scenario_input`` and one entry per cell of the expanded matrix with the parameters a
+    run records; each cell has records, resources and generator verdicts from ``traits``.
+    Topologies ``pairs`` and ``fanout``; nothing is analysed yet."""
+    from mqbench.scenario.matrix import expand
+    from mqbench.scenario.model import Scenario
+
+    data = {**scenario, "workload": {**scenario.get("workload", {}), "rate": RATE}}
+    resolved = Scenario.model_validate(data)
+    root.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for cell in expand(resolved):
+        t = traits(cell)
+        rng = np.random.default_rng(cell.index + 7)
+        n, subs = cell.publishers, cell.subscribers
+        fanout = cell.topology == "fanout"
+        lag_ns = int(t.send_lag_us * 1000)
+        rows = []
+        for s in range(messages):
+            for p in range(n):
+                if t.tail_loss and s == messages - 1:
+                    continue
+                for sub in range(subs) if fanout else [p]:
+                    lat = int((t.latency_us + rng.uniform(0, t.spread_us)) * 10)
+                    rows.append((intended(p, s, n) + lag_ns, lat, p, sub, s))
+        samples = "".join(
+            f"{k * 10 * MS},broker,1,{t.cpu_cores},{int(t.rss_mb * 10**6)}\n" for k in range(4)
+        )
+        entry = make_cell(
+            root,
+            cell_id=cell.id,
+            publishers=n,
+            subscribers=subs,
+            routes=[{"kind": "all", "pubs": [0, 1], "subs": [0, subs]}] if fanout else None,
+            window=(0, messages * MS),
+            deliveries=[records(rows)],
+            sends=[sends_ok(n, range(messages), lag_ns=lag_ns)],
+            resources="t_ns,role,pid,cpu_cores,rss_bytes\n" + samples,
+            generator={"saturated": True, "reason": "send lag"} if t.saturated else None,
+            params={**cell.params(), "runtime": "native", "faults": None},
+            index=cell.index,
+        )
+        entry["repeat"] = cell.repeat
+        entry["schedule"]["messages_per_publisher"] = messages
+        if t.broker_exited:
+            entry["broker_exit"] = {"pid": 1, "reason": "exited", "exit_code": 1, "t_ns": 0}
+        entries.append(entry)
+    write_manifest(root, entries)
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["scenario"] = resolved.model_dump(mode="json")
+    manifest["scenario_input"] = scenario
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from mqbench.analysis.summary import CellSummary
+from mqbench.report.labels import label
 
 
 def _ms(value_us: float | None) -> str:
@@ -32,31 +33,38 @@ def validity_text(s: CellSummary) -> str:
 def summary_table(summaries: Sequence[CellSummary]) -> Table:
     """One row per cell: delivery, throughput, latency (ms), lag, broker resources, validity."""
     table = Table(
-        title="results (latency in ms from the intended send time; window = measured period; "
-        "loss % over scheduled messages, unsent = scheduled but never sent)",
+        title="results (latency from the intended send time; window = measured period; "
+        "loss over scheduled messages, unsent = scheduled but never sent)",
         title_justify="left",
     )
+    # metric columns carry the labels the report uses for the same numbers
     columns = [
         ("cell", "left"),
         ("sent", "right"),
         ("unsent", "right"),
         ("recv", "right"),
-        ("loss %", "right"),
-        ("dup", "right"),
-        ("msg/s", "right"),
-        ("p50", "right"),
-        ("p95", "right"),
-        ("p99", "right"),
-        ("max", "right"),
-        ("p99 from send", "right"),
-        ("lag p99", "right"),
-        ("broker cpu", "right"),
-        ("broker MB", "right"),
+        (label("loss_pct"), "right"),
+        (label("duplicates"), "right"),
+        (label("throughput_msg_s"), "right"),
+        (label("latency_p50_us"), "right"),
+        (label("latency_p95_us"), "right"),
+        (label("latency_p99_us"), "right"),
+        (label("latency_max_us"), "right"),
+        (label("latency_from_send_p99_us"), "right"),
+        (label("send_lag_p99_us"), "right"),
+        (label("broker_cpu_cores_mean"), "right"),
+        (label("broker_rss_mb_max"), "right"),
         ("valid", "left"),
         ("latency", "left"),
     ]
+    # the labelled headers wrap; the cell id must not be the column that gets squeezed
+    widest_id = min(48, max((len(s.cell_id) for s in summaries), default=4))
     for name, justify in columns:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            min_width=widest_id if name == "cell" else None,
+        )
     for s in summaries:
         lat, from_send, lag = s.latency, s.latency_from_send, s.send_lag
         if s.latency_generator_bound:
@@ -92,18 +100,18 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
 
 def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
     """One row per cell with faults: downtime, latency in/out of faults, recovery times."""
-    table = Table(title="faults (latency in ms from the intended send time)", title_justify="left")
+    table = Table(title="faults (latency from the intended send time)", title_justify="left")
     for name in (
         "cell",
         "faults",
-        "downtime %",
-        "sub away %",
-        "p50 out",
-        "p99 out",
-        "p50 in",
-        "p99 in",
-        "first delivery ms (max)",
-        "drain ms (max)",
+        "downtime (%)",
+        "sub away (%)",
+        "p50 out (ms)",
+        "p99 out (ms)",
+        "p50 in (ms)",
+        "p99 in (ms)",
+        "first delivery max (ms)",
+        "drain max (ms)",
         "reconnects",
         "dup",
     ):

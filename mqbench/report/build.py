@@ -13,8 +13,11 @@ from mqbench.analysis.plan import CellPlan, build_plan
 from mqbench.analysis.repeats import RepeatAggregate, aggregate_repeats, base_id
 from mqbench.analysis.summary import CellSummary
 from mqbench.errors import AnalysisError, UsageError
-from mqbench.report.figures import NamedFigure, build_figures, save_figure
-from mqbench.report.tables import FORMATS, Table, build_tables, render
+from mqbench.report.axes import Matrix, ReportAxes
+from mqbench.report.draw import NamedFigure, render_figures, save_figure
+from mqbench.report.figures import build_figures
+from mqbench.report.render import FORMATS, Table, render
+from mqbench.report.tables import build_tables
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Report:
     text: str
     tables: list[Table]
     aggregates: list[RepeatAggregate]
+    axes: ReportAxes
     figures: list[NamedFigure] = field(default_factory=list)
     figure_files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -112,10 +116,11 @@ def build_report(
     runs = load_runs(paths, allow_mixed)
     summaries, plans = _pooled(runs)
     aggs = aggregate_repeats(summaries)
-    tables = build_tables(aggs)
+    axes = ReportAxes.of([Matrix.from_manifest(r.manifest) for r in runs])
+    tables = build_tables(aggs, axes)
     pre = preamble(runs)
     text = render(tables, fmt, pre if fmt != "csv" else "")
-    report = Report(text, tables, aggs)
+    report = Report(text, tables, aggs, axes)
     for r in runs:
         if r.analysed_now:
             report.notes.append(
@@ -123,7 +128,7 @@ def build_report(
             )
     if figures_dir is not None:
         cells = [(a, plans.get(a.base_id, [])) for a in aggs]
-        report.figures = build_figures(aggs, cells)
+        report.figures = render_figures(build_figures(aggs, cells, axes))
         for fig in report.figures:
             report.figure_files += save_figure(fig, Path(figures_dir))
         if not any(plans.values()):

@@ -58,7 +58,7 @@ def test_the_cli_results_table_shows_the_latency_verdict_with_its_reason() -> No
     from mqbench.cli.tables import summary_table
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "report"
-    path = next(fixture.glob("*/cells/alpha-64B-1pairs-1khz-qos0/summary.json"))
+    path = next(fixture.glob("*/cells/alpha-64B-1pairs-1000hz-qos0/summary.json"))
     ok = dataclasses.replace(read_summary_json(path), latency_verdict="ok")
     bound = dataclasses.replace(
         ok, cell_id="bound", latency_verdict="generator-bound", latency_reason="send lag p50 x"

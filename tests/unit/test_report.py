@@ -21,12 +21,11 @@ from mqbench.analysis.repeats import METRICS, MeanCI, RepeatAggregate, mean_ci
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import AnalysisError
 from mqbench.report import build_report
-from mqbench.report.figures import (
-    fanout_by_subscribers,
-    latency_by_qos,
-    latency_hist_from_records,
-)
-from mqbench.report.tables import build_tables, latex_escape, render
+from mqbench.report.axes import ReportAxes
+from mqbench.report.cdf import latency_hist_from_records
+from mqbench.report.figures import latency_by_qos, scaling
+from mqbench.report.render import latex_escape, render
+from mqbench.report.tables import build_tables
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "report"
 FIXTURE = HERE / "20260101T000000Z-fixture"
@@ -41,17 +40,31 @@ def test_tables_of_the_fixture_run_match_the_golden_files(fmt: str, ext: str) ->
 def test_html_report_is_a_page_with_one_table_per_table() -> None:
     rep = build_report([FIXTURE], "html")
     assert rep.text.startswith("<!DOCTYPE html>")
-    assert rep.text.count("<table") == len(rep.tables) == 6
+    assert rep.text.count("<table") == len(rep.tables) == 5
 
 
-def test_fixture_report_has_ci_and_saturation_marks() -> None:
+def test_fixture_report_has_ci_and_all_three_marks() -> None:
     rep = build_report([FIXTURE], "md")
     titles = [t.title for t in rep.tables]
-    assert titles[0].startswith("Latency p50 / p95") and titles[-1] == "All cells"
-    assert "Throughput (msg/s) by target and pairs" in titles
+    assert titles == [
+        "Latency p50 / p95 (ms) by target and pairs",
+        "Throughput (msg/s) by target and pairs",
+        "Broker CPU mean (cores) by target and pairs",
+        "Broker RSS max (MB) by target and pairs",
+        "All cells",
+    ]
     thr = next(t for t in rep.tables if t.key == "throughput-pairs")
-    assert thr.rows == [["alpha", "1,000 ± 0", "2,000 ± 0"], ["beta", "1,000 ± 0", "1,950 ± 0 †"]]
-    assert any("generator saturated" in n for n in thr.notes)
+    assert thr.rows == [["alpha", "1,000 ± 0", "2,000 ± 0"], ["beta", "1,000 ± 0 §", "1,950 ± 0 †"]]
+    assert [n[0] for n in thr.notes] == ["†", "§"]
+    lat = next(t for t in rep.tables if t.key == "latency-pairs")
+    assert lat.rows[0][2].endswith("‡") and [n[0] for n in lat.notes[1:]] == ["†", "‡", "§"]
+
+
+def test_derived_counts_of_a_pairs_run_split_no_table() -> None:
+    rep = build_report([FIXTURE], "md")
+    text = " ".join(t.title + " ".join(t.header) for t in rep.tables)
+    assert "publishers" not in text and "subscribers" not in text
+    assert rep.axes.varying(rep.aggregates) == ["target", "pairs"]
 
 
 def _qos_aggs(faults: object = None, fanout: bool = False) -> list[RepeatAggregate]:
@@ -69,7 +82,9 @@ def _qos_aggs(faults: object = None, fanout: bool = False) -> list[RepeatAggrega
         metrics["throughput_msg_s"] = mean_ci([100.0 * (i + 1)])
         params: dict[str, object] = {"target": target, "qos": qos, "faults": faults}
         if fanout:
-            params = {"target": target, "subscribers": 10 * (qos + 1)}
+            subscribers = 10 * (qos + 1)
+            params = {"target": target, "topology": "fanout", "subscribers": subscribers}
+            params |= {"pairs": 1, "publishers": 1}
         out.append(RepeatAggregate(f"c{i}", i, params, [0], [f"c{i}"], metrics, i == 3, i != 3))
     return out
 
@@ -78,7 +93,7 @@ def test_qos_table_appears_when_qos_varies_and_names_faults() -> None:
     tables = build_tables(_qos_aggs({"type": "reset_peer", "mttf": "10s", "mttr": "2s"}))
     qos = next(t for t in tables if t.key == "qos")
     assert qos.title.endswith("under faults")
-    assert qos.header == ["Target", "QoS 0", "QoS 1"]
+    assert qos.header == ["target", "QoS 0", "QoS 1"]
     assert qos.rows[0] == ["a", "5.00 %; 0.100 / 0.300", "0 %; 0.300 / 0.900"]
     assert qos.rows[1][2].endswith("†")
 
@@ -90,16 +105,27 @@ def test_latex_escapes_specials_and_maps_plus_minus_and_dagger() -> None:
 
 
 def test_qos_and_fanout_figures_have_paper_axes_and_mark_saturation() -> None:
-    (qos_fig,) = latency_by_qos(_qos_aggs())
-    ax = qos_fig.figure.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_yscale()) == ("Target", "Latency (ms)", "log")
-    assert [p.get_hatch() for p in ax.patches if p.get_hatch()] == ["///"]
-    assert "generator saturated" in [t.get_text() for t in ax.get_legend().get_texts()]
-    (fan,) = fanout_by_subscribers(_qos_aggs(fanout=True))
-    ax = fan.figure.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("Subscribers", "Throughput (msg/s)")
-    hollow = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none"]
-    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [20.0]
+    axes = ReportAxes.inferred()
+    (qos_fig,) = latency_by_qos(_qos_aggs(), axes)
+    (panel,) = qos_fig.panels
+    assert (panel.kind, panel.xlabel, panel.ylabel, panel.yscale) == (
+        "bars",
+        "target",
+        "latency (ms)",
+        "log",
+    )
+    assert panel.categories == ("a", "b")
+    assert [s.label for s in panel.series] == ["QoS 0", "QoS 1"]
+    assert [p.marks for s in panel.series for p in s.points] == [(), (), (), ("†",)]
+    (fan,) = scaling(_qos_aggs(fanout=True), axes, "subscribers")
+    assert fan.name == "fanout-subscribers"
+    throughput = fan.panel(0, 0)
+    assert (throughput.xlabel, throughput.ylabel) == (
+        "subscribers of the one publisher",
+        "throughput (msg/s)",
+    )
+    line_b = throughput.series[1]
+    assert line_b.xs == [10.0, 20.0] and [p.marks for p in line_b.points] == [(), ("†",)]
 
 
 def test_report_writes_png_and_pdf_figures_with_expected_axes(tmp_path: Path) -> None:
@@ -107,22 +133,26 @@ def test_report_writes_png_and_pdf_figures_with_expected_axes(tmp_path: Path) ->
     rep = build_report([root], "md", tmp_path / "figs")
     names = [f.name for f in rep.figures]
     assert names == ["scaling-pairs", "latency-cdf"]
+    assert sorted(p.name for p in rep.figure_files) == sorted(
+        f"{n}.{ext}" for n in names for ext in ("png", "pdf")
+    )
     for path in rep.figure_files:
         data = path.read_bytes()
         magic = b"\x89PNG" if path.suffix == ".png" else b"%PDF"
         assert data.startswith(magic) and len(data) > 5000, path
-    scaling = rep.figures[0].figure
-    assert [ax.get_ylabel() for ax in scaling.axes] == [
-        "Throughput (msg/s)",
-        "CPU (cores)",
-        "Memory (MB)",
+    scaling_fig = rep.figures[0].figure
+    assert [ax.get_ylabel() for ax in scaling_fig.axes] == [
+        "throughput (msg/s)",
+        "broker CPU mean (cores)",
+        "broker RSS max (MB)",
     ]
-    assert {ax.get_xlabel() for ax in scaling.axes} == {"Client pairs"}
-    cdf = rep.figures[1].figure.axes[0]
-    assert cdf.get_xlabel() == "Latency from intended send time (ms)"
-    assert (cdf.get_ylabel(), cdf.get_xscale()) == ("Fraction of deliveries", "log")
+    assert {ax.get_xlabel() for ax in scaling_fig.axes} == {"publisher-subscriber pairs"}
+    cdf, tail = rep.figures[1].figure.axes
+    assert cdf.get_xlabel() == "latency from intended send time (ms)"
+    assert (cdf.get_ylabel(), cdf.get_xscale()) == ("fraction of deliveries ≤ latency", "log")
+    assert (tail.get_yscale(), tail.get_xscale()) == ("log", "log")
     labels = [ln.get_label() for ln in cdf.lines]
-    assert labels == ["pairs (saturated)", "fanout"]
+    assert labels == ["pairs 4 †", "pairs 2"]
     assert cdf.lines[0].get_linestyle() == "--"
     from matplotlib.image import imread
 
@@ -168,7 +198,7 @@ def test_mixed_scenarios_are_refused_unless_allowed(tmp_path: Path) -> None:
         build_report([a, b])
     rep = build_report([a, b], allow_mixed=True)
     cells = next(t for t in rep.tables if t.key == "cells")
-    assert cells.header[2] == "Scenario"
+    assert cells.header[2] == "scenario"
     assert cells.rows[0][0].startswith("report-fixture/")
 
 
@@ -214,6 +244,6 @@ def test_latency_bound_cells_are_marked_in_latency_tables_only() -> None:
     assert any(n.startswith("‡ latency generator-bound") for n in qos.notes)
     cells = next(t for t in tables if t.key == "cells")
     row = cells.rows[0]
-    assert row[cells.header.index("p50 ms")].endswith("‡")
-    assert not row[cells.header.index("Throughput msg/s")].endswith("‡")
+    assert row[cells.header.index("p50 (ms)")].endswith("‡")
+    assert not row[cells.header.index("throughput (msg/s)")].endswith("‡")
     assert latex_escape("1 ‡") == r"1 \textsuperscript{\ddag}"

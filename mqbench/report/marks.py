@@ -1,0 +1,79 @@
+"""The three marks a report puts on numbers it cannot vouch for, with their footnotes.
+
+- ``†`` the generator saturated in some repeat: the load generator, not the broker, limited
+  the cell;
+- ``‡`` the latency was generator-bound in some repeat (``latency_verdict``): only latency
+  values carry it;
+- ``§`` the cell was invalid in some repeat for another reason (the broker exited, sends
+  failed, records were truncated).
+
+Tables append the symbols to the value; figures draw marked bars hatched, marked points
+hollow or crossed and marked CDF lines dashed or dotted, each with a legend entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Final
+
+from mqbench.analysis.repeats import RepeatAggregate
+
+
+class Mark(StrEnum):
+    """A mark and its symbol (the value)."""
+
+    SATURATED = "†"
+    LATENCY_BOUND = "‡"
+    INVALID = "§"
+
+
+ORDER: Final = (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.INVALID)
+"""The order marks are appended and explained in (``0.3 † ‡``, ``1.2 † §``)."""
+
+NOTES: Final[dict[Mark, str]] = {
+    Mark.SATURATED: "† generator saturated in at least one repeat: the load generator, not "
+    "the broker, limited this cell (numbers are not broker capacity).",
+    Mark.LATENCY_BOUND: "‡ latency generator-bound in at least one repeat: the generator's "
+    "send lag is a material share of the latency (see docs/results.md); it describes "
+    "mqbench, not the broker.",
+    Mark.INVALID: "§ invalid in at least one repeat for a reason other than the generator "
+    "(the broker exited, sends failed, or records were truncated; see invalid_reasons in "
+    "summary.json): the numbers do not measure the broker.",
+}
+"""The footnote under a table that uses the mark."""
+
+LEGEND: Final[dict[Mark, str]] = {
+    Mark.SATURATED: "† generator saturated",
+    Mark.LATENCY_BOUND: "‡ latency generator-bound",
+    Mark.INVALID: "§ invalid (broker exited, sends failed, truncated)",
+}
+"""The legend entry of a figure that draws the mark."""
+
+
+def invalid_beyond_generator(agg: RepeatAggregate) -> bool:
+    """Invalid for a reason the saturation mark does not already say."""
+    return any(kind != "generator_saturated" for kind in agg.invalid_kinds)
+
+
+def marks_of(agg: RepeatAggregate, latency: bool = False) -> tuple[Mark, ...]:
+    """The marks of a cell's value; ``latency``: the value is a latency (‡ applies)."""
+    found = {
+        Mark.SATURATED: agg.any_saturated,
+        Mark.INVALID: invalid_beyond_generator(agg),
+        Mark.LATENCY_BOUND: latency and agg.any_latency_bound,
+    }
+    return tuple(m for m in ORDER if found[m])
+
+
+def ordered(marks: Iterable[Mark]) -> tuple[Mark, ...]:
+    """``marks`` without repeats, in :data:`ORDER`."""
+    present = set(marks)
+    return tuple(m for m in ORDER if m in present)
+
+
+def with_marks(text: str, marks: Iterable[Mark]) -> str:
+    """``text`` followed by the symbols (``-`` for a missing value stays unmarked)."""
+    if text == "-":
+        return text
+    return " ".join([text, *(m.value for m in ordered(marks))])
