@@ -1,8 +1,9 @@
 """An in-process fake broker with deterministic drops, loaded as the plugin client
 ``fake_transport:DroppingTransport`` by worker processes (tests only).
 
-Every client of one worker process shares one routing table. A message from publisher
-``pub`` with sequence ``seq`` is dropped for subscriber ``sub`` when
+Every client of one worker process shares one routing table, so scenarios using it keep
+publishers and subscribers in one process (``generator.layout: shared``). A message from
+publisher ``pub`` with sequence ``seq`` is dropped for subscriber ``sub`` when
 ``(seq + pub) % DROP_MODULUS == sub % DROP_MODULUS``, so tests know every drop exactly.
 """
 
