@@ -78,7 +78,7 @@ class StartRequest:
     startup_timeout_s: float = 60.0
     outlive_mqbench: bool = False
     """Keep the broker running after mqbench exits (``mqbench brokers up``); otherwise it
-    dies with mqbench (``mqbench/lifeline.py``)."""
+    dies with mqbench (``mqbench/process/lifeline.py``)."""
 
 
 class Runtime(Protocol):

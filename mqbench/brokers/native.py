@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench import interrupts, lifeline
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter
@@ -33,6 +32,7 @@ from mqbench.brokers.specs import native_specs
 from mqbench.brokers.specs.base import NativeSpec
 from mqbench.brokers.targets import Target, get_target
 from mqbench.errors import BrokerError
+from mqbench.process import interrupts, lifeline
 from mqbench.transports.base import Endpoint
 
 STOP_GRACE_S = 10.0

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from mqbench import interrupts
 from mqbench.errors import ResultsWriteError, TransportError
+from mqbench.process import interrupts
 from mqbench.workload.events import EventLog
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import WorkerFailure, worker_main

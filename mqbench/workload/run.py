@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mqbench import interrupts
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.liveness import BrokerExit, WatchesExit
 from mqbench.brokers.native_profiles import check_native_profile
@@ -22,6 +21,7 @@ from mqbench.brokers.sampler import ResourceSampler
 from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
+from mqbench.process import interrupts
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, check_output_root, create_result_dir
 from mqbench.scenario.matrix import Cell, expand

@@ -30,8 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from mqbench import lifeline
 from mqbench.errors import MqbenchError, TransportError
+from mqbench.process import lifeline
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
@@ -626,7 +626,7 @@ def _raise_open_files_limit() -> None:
 def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Process entry point: SIGINT and SIGTERM are the parent's to handle; it sends ``stop``.
 
-    The worker dies with its parent (``mqbench/lifeline.py``): SIGTERM on the parent's
+    The worker dies with its parent (``mqbench/process/lifeline.py``): SIGTERM on the parent's
     death makes it stop and flush.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -19,14 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis_fixtures import intended, make_cell, records, sends_ok, write_manifest
 
-from mqbench import interrupts
 from mqbench.analysis.compare import InvalidCellsError, compare_runs
 from mqbench.brokers.liveness import BrokerExit, ContainerExitWatch
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.cli.app import app
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import ResultsWriteError, ScenarioError
-from mqbench.interrupts import StopRequested, StopSignals, exit_code_for
+from mqbench.process import interrupts
+from mqbench.process.interrupts import StopRequested, StopSignals, exit_code_for
 from mqbench.records.format import SEND_FAILED
 from mqbench.records.results import SpaceReserve, write_json_atomic
 from mqbench.scenario.loader import read_scenario_data
