@@ -13,6 +13,7 @@ from typing import Any
 
 from mqbench.errors import ResultsWriteError, TransportError
 from mqbench.process import interrupts
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.events import EventLog
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import WorkerFailure, worker_main
@@ -52,17 +53,12 @@ class LoadOutcome:
     published_ns: int | None
     stopped_ns: int
     interrupted: bool
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
 
     @property
-    def sent(self) -> int:
-        """Messages handed to clients by all workers."""
-        return sum(int(w.get("sent", 0)) for w in self.workers)
-
-    @property
-    def received(self) -> int:
-        """Delivery records written by all workers."""
-        return sum(int(w.get("received", 0)) for w in self.workers)
+    def total(self) -> WorkerStats:
+        """The stats of all workers combined."""
+        return WorkerStats.total(self.workers)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -77,8 +73,8 @@ class _WorkerHandle:
         )
         self.process.start()
         child.close()
-        self.ready: dict[str, Any] | None = None
-        self.stats: dict[str, Any] = {}
+        self.ready = False
+        self.stats = WorkerStats()
         self.published = False
         self.done = False
         self.failure: WorkerFailure | None = None
@@ -175,15 +171,15 @@ class Coordinator:
         ramp_s = self.connections / self.connect_rate if self.connect_rate > 0 else 0.0
         limit = ramp_s + self.connect_timeout_s * 2 + READY_GRACE_S
         deadline = time.monotonic() + limit
-        while any(h.ready is None for h in self._handles):
+        while not all(h.ready for h in self._handles):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TransportError(f"clients did not all connect within {limit:.0f} s")
             self._poll(min(0.25, remaining), phase="connecting", start_ns=None)
             self._log_connections()
-        ready = [h.ready for h in self._handles if h.ready]
-        connected_ns = max(int(r["connected_ns"]) for r in ready)
-        failed = sum(int(r["stats"].get("connect_failed", 0)) for r in ready)
+        total = self._total()
+        connected_ns = total.connected_ns
+        failed = total.connect_failed
         self.events.write(
             "clients_connected",
             connected_ns=connected_ns,
@@ -206,9 +202,8 @@ class Coordinator:
         # Drain: until everything sent has arrived or the drain time is up.
         drain_deadline = time.monotonic() + self.drain_s
         while time.monotonic() < drain_deadline:
-            sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
-            received = sum(int(h.stats.get("received", 0)) for h in self._handles)
-            if received >= sent * self.expected_per_sent:
+            total = self._total()
+            if total.received >= total.sent * self.expected_per_sent:
                 break
             self._poll(0.1, phase="draining", start_ns=start_ns)
         self.events.write("drain_finished")
@@ -241,9 +236,11 @@ class Coordinator:
         if now - self._last_connection_log < 1.0:
             return
         self._last_connection_log = now
-        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
-        failed = sum(int(h.stats.get("connect_failed", 0)) for h in self._handles)
-        self.events.write("connections", connected=connected, failed=failed)
+        total = self._total()
+        self.events.write("connections", connected=total.connected, failed=total.connect_failed)
+
+    def _total(self) -> WorkerStats:
+        return WorkerStats.total(h.stats for h in self._handles)
 
     # -- messages --------------------------------------------------------------------
 
@@ -265,8 +262,8 @@ class Coordinator:
                     ) from None
                 continue
             if kind == "ready":
-                handle.ready = data
-                handle.stats = data["stats"]
+                handle.ready = True
+                handle.stats = data
             elif kind in ("stats", "published", "done"):
                 handle.stats = data
                 handle.published |= kind == "published"
@@ -292,10 +289,8 @@ class Coordinator:
     def _report(self, phase: str, start_ns: int | None) -> None:
         if self.on_progress is None:
             return
-        sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
-        received = sum(int(h.stats.get("received", 0)) for h in self._handles)
-        failed = sum(int(h.stats.get("send_failed", 0)) for h in self._handles)
-        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
+        total = self._total()
+        sent, received = total.sent, total.received
         # Rates over the last ~2 s of worker stats (workers report every 0.5 s).
         now = time.monotonic()
         history = self._history
@@ -315,8 +310,8 @@ class Coordinator:
                 receive_rate=(received - last_received) / dt,
                 sent=sent,
                 received=received,
-                connected=connected,
+                connected=total.connected,
                 connections=self.connections,
-                send_failed=failed,
+                send_failed=total.send_failed,
             )
         )

@@ -550,6 +550,6 @@ def _record_outcome(
         schedule=_schedule(cell, outcome.start_ns),
         window=window,
         generator=verdict,
-        totals={"sent": outcome.sent, "received": outcome.received},
+        totals={"sent": outcome.total.sent, "received": outcome.total.received},
         finished_ns=time.time_ns(),
     )
