@@ -6,7 +6,6 @@ It is small and picklable, so Spark tasks receive it in their closure.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mqbench.errors import AnalysisError
+from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 from mqbench.records.integrity import RecordFileCheck, check_record_file
 from mqbench.records.schedule import intended_ns
@@ -155,45 +155,16 @@ def _record_files(folder: Path, prefix: str) -> list[RecordFileCheck]:
     return [check_record_file(p) for p in sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))]
 
 
-def _stop_time(folder: Path) -> int | None:
+def _stop_time(events: list[Event]) -> int | None:
     """When recording stopped in an interrupted cell: the `interrupted` event, else the last."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return None
-    last: int | None = None
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-                t = int(event["t_ns"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line of an interrupted run
-            if event.get("kind") == "interrupted":
-                return t
-            last = t if last is None else max(last, t)
-    return last
-
-
-def read_events(folder: Path) -> list[dict[str, Any]]:
-    """The parseable events of ``events.jsonl`` (a torn last line is skipped); [] if none."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return []
-    out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-                int(event["t_ns"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(event, dict):
-                out.append(event)
-    return out
+    for event in events:
+        if event.kind is EventKind.INTERRUPTED:
+            return event.t_ns
+    return max((e.t_ns for e in events), default=None)
 
 
 def window_from_events(
-    cid: str, events: list[dict[str, Any]], start_ns: int, params: dict[str, Any]
+    cid: str, events: list[Event], start_ns: int, params: dict[str, Any]
 ) -> tuple[int, int]:
     """The measured window ``[start, end)`` of a cell whose manifest has none.
 
@@ -203,25 +174,27 @@ def window_from_events(
     else the ``publishing_stopped`` event. AnalysisError when neither can be found.
     """
 
-    def last(kind: str, key: str = "t_ns") -> int | None:
-        times = [int(e.get(key) or e["t_ns"]) for e in events if e.get("kind") == kind]
+    def last(kind: EventKind, key: str | None = None) -> int | None:
+        times = [
+            int(e.details.get(key) or e.t_ns) if key else e.t_ns for e in events if e.kind is kind
+        ]
         return max(times) if times else None
 
     warmup_ns = int(float(params.get("warmup_s") or 0.0) * 1e9)
-    start = last("window_start")
+    start = last(EventKind.WINDOW_START)
     if start is None:
-        connected = last("clients_connected", "connected_ns")
+        connected = last(EventKind.CLIENTS_CONNECTED, "connected_ns")
         if connected is None:
             raise AnalysisError(
                 f"cell {cid}: the manifest has no window and events.jsonl has no "
                 "window_start or clients_connected event"
             )
         start = max(connected, start_ns + warmup_ns)
-    end = last("window_end")
+    end = last(EventKind.WINDOW_END)
     if end is None and params.get("duration_s") is not None:
         end = start_ns + warmup_ns + int(float(params["duration_s"]) * 1e9)
     if end is None:
-        end = last("publishing_stopped")
+        end = last(EventKind.PUBLISHING_STOPPED)
     if end is None:
         raise AnalysisError(
             f"cell {cid}: the manifest has no window and neither params.duration_s nor a "
@@ -263,7 +236,7 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
     mpp = int(mpp_raw) if mpp_raw is not None else None
     clipped = False
     if cell.get("status") == "interrupted":
-        stop = _stop_time(folder)
+        stop = _stop_time(read_events(folder))
         if stop is not None:
             drain_ns = int(float(params.get("drain_s") or 0.0) * 1e9)
             clip = stop - drain_ns

@@ -13,8 +13,9 @@ from typing import Any
 
 from mqbench.errors import ResultsWriteError, TransportError
 from mqbench.process import interrupts
+from mqbench.records.events import Event, EventKind, EventLog
+from mqbench.records.schedule import measured_window
 from mqbench.records.worker_stats import WorkerStats
-from mqbench.workload.events import EventLog
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import WorkerFailure, worker_main
 
@@ -108,6 +109,8 @@ class Coordinator:
         self.events = events
         self.offered_rate = offered_rate
         self.connections = connections
+        self.warmup_s = warmup_s
+        self.duration_s = duration_s
         self.run_s = warmup_s + duration_s
         self.drain_s = drain_s
         self.connect_timeout_s = connect_timeout_s
@@ -119,6 +122,8 @@ class Coordinator:
         self._handles: list[_WorkerHandle] = []
         self._history: deque[tuple[float, int, int]] = deque()
         self._last_connection_log = 0.0
+        self._window: tuple[int, int] | None = None
+        self._window_marked: set[EventKind] = set()
 
     def run(self) -> LoadOutcome:
         """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
@@ -140,19 +145,23 @@ class Coordinator:
                 start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
                 for handle in self._handles:
                     handle.send("start", start_ns)
-                self.events.write("publishing_started", start_ns=start_ns)
+                self.events.write(EventKind.PUBLISHING_STARTED, start_ns=start_ns)
+                self._window = measured_window(
+                    start_ns, connected_ns, self.warmup_s, self.duration_s
+                )
                 if self.on_start is not None:
                     self.on_start(start_ns)
             published_ns = self._watch(start_ns)
         except KeyboardInterrupt:
             interrupted = True
-            self.events.write("interrupted")
+            self.events.write(EventKind.INTERRUPTED)
         finally:
             for handle in self._handles:
                 handle.send("stop")
             stopped_ns = time.time_ns()
+            self._mark_window(stopped_ns, stopping=True)
             self._wait_done()
-        self.events.write("workers_stopped")
+        self.events.write(EventKind.WORKERS_STOPPED)
         failed = next((h.failure for h in self._handles if h.failure is not None), None)
         if failed is not None and failed.kind == "record_write":
             raise ResultsWriteError(failed.message, path=failed.path, errno=failed.errno)
@@ -181,7 +190,7 @@ class Coordinator:
         connected_ns = total.connected_ns
         failed = total.connect_failed
         self.events.write(
-            "clients_connected",
+            EventKind.CLIENTS_CONNECTED,
             connected_ns=connected_ns,
             count=self.connections - failed,
             expected=self.connections,
@@ -195,10 +204,12 @@ class Coordinator:
         while not all(h.published for h in self._handles):
             self._poll(0.25, phase="publishing", start_ns=start_ns)
             if time.time_ns() > end_ns + int(60e9):
-                self.events.write("warning", message="publishers ran 60 s past their schedule")
+                self.events.write(
+                    EventKind.WARNING, message="publishers ran 60 s past their schedule"
+                )
                 break
         published_ns = time.time_ns()
-        self.events.write("publishing_stopped", t_ns=published_ns)
+        self.events.write(EventKind.PUBLISHING_STOPPED, t_ns=published_ns)
         # Drain: until everything sent has arrived or the drain time is up.
         drain_deadline = time.monotonic() + self.drain_s
         while time.monotonic() < drain_deadline:
@@ -206,7 +217,7 @@ class Coordinator:
             if total.received >= total.sent * self.expected_per_sent:
                 break
             self._poll(0.1, phase="draining", start_ns=start_ns)
-        self.events.write("drain_finished")
+        self.events.write(EventKind.DRAIN_FINISHED)
         return published_ns
 
     def _wait_done(self) -> None:
@@ -225,7 +236,7 @@ class Coordinator:
         for handle in self._handles:
             handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if handle.process.is_alive():
-                self.events.write("warning", message=f"worker {handle.plan.worker} killed")
+                self.events.write(EventKind.WARNING, message=f"worker {handle.plan.worker} killed")
                 handle.process.kill()
                 handle.process.join(5)
             handle.conn.close()
@@ -237,7 +248,9 @@ class Coordinator:
             return
         self._last_connection_log = now
         total = self._total()
-        self.events.write("connections", connected=total.connected, failed=total.connect_failed)
+        self.events.write(
+            EventKind.CONNECTIONS, connected=total.connected, failed=total.connect_failed
+        )
 
     def _total(self) -> WorkerStats:
         return WorkerStats.total(h.stats for h in self._handles)
@@ -269,22 +282,45 @@ class Coordinator:
                 handle.published |= kind == "published"
                 handle.done |= kind == "done"
             elif kind == "event":
-                details = dict(data)
-                self.events.write(str(details.pop("kind")), worker=handle.plan.worker, **details)
+                event: Event = data
+                self.events.write(
+                    event.kind, t_ns=event.t_ns, worker=handle.plan.worker, **event.details
+                )
             elif kind == "error":
                 handle.done = True
                 if isinstance(data, WorkerFailure):
                     handle.failure = data
                     self.events.write(
-                        "error", worker=handle.plan.worker, message=data.message, failure=data.kind
+                        EventKind.ERROR,
+                        worker=handle.plan.worker,
+                        message=data.message,
+                        failure=data.kind,
                     )
                     if raise_errors:
                         raise ResultsWriteError(data.message, path=data.path, errno=data.errno)
                     continue
-                self.events.write("error", worker=handle.plan.worker, message=data)
+                self.events.write(EventKind.ERROR, worker=handle.plan.worker, message=data)
                 if raise_errors:
                     raise TransportError(str(data))
+        self._mark_window(time.time_ns())
         self._report(phase, start_ns)
+
+    def _mark_window(self, now_ns: int, stopping: bool = False) -> None:
+        """Write ``window_start`` / ``window_end`` once their time has passed.
+
+        Stopping early (an interruption) ends a begun window at ``now_ns``.
+        """
+        if self._window is None:
+            return
+        start, end = self._window
+        if EventKind.WINDOW_START not in self._window_marked and now_ns >= start:
+            self._window_marked.add(EventKind.WINDOW_START)
+            self.events.write(EventKind.WINDOW_START, t_ns=start)
+        began = EventKind.WINDOW_START in self._window_marked
+        ended = EventKind.WINDOW_END in self._window_marked
+        if began and not ended and (now_ns >= end or stopping):
+            self._window_marked.add(EventKind.WINDOW_END)
+            self.events.write(EventKind.WINDOW_END, t_ns=min(end, now_ns))
 
     def _report(self, phase: str, start_ns: int | None) -> None:
         if self.on_progress is None:

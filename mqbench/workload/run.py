@@ -22,8 +22,10 @@ from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts
+from mqbench.records.events import EventKind, EventLog
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, check_output_root, create_result_dir
+from mqbench.records.schedule import measured_window
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Faults, Scenario
 from mqbench.transports.registry import get_transport, resolve_client
@@ -35,7 +37,6 @@ from mqbench.workload.capacity import (
     pending_bound,
 )
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
-from mqbench.workload.events import EventLog
 from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
 from mqbench.workload.search import SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
@@ -363,7 +364,7 @@ def _run_cell(
 
     def on_broker_exit(exit: BrokerExit) -> None:
         details = exit.to_dict()
-        events.write("broker_exited", **details)
+        events.write(EventKind.BROKER_EXITED, **details)
         sampler.forget(exit.pid)
         with contextlib.suppress(MqbenchError):
             manifest.update_cell(cell.id, broker_exit=details)
@@ -381,7 +382,7 @@ def _run_cell(
                 startup_timeout_s=scenario.broker.startup_timeout,
             )
         )
-        events.write("broker_started", **broker.info)
+        events.write(EventKind.BROKER_STARTED, **broker.info)
         manifest.update_cell(cell.id, broker=broker.info)
         if isinstance(broker, WatchesExit):
             broker.watch_exit(on_broker_exit)
@@ -460,7 +461,7 @@ def _run_cell(
     except MqbenchError as exc:
         if isinstance(exc, RunInterrupted):
             raise
-        events.write("error", message=str(exc))
+        events.write(EventKind.ERROR, message=str(exc))
         with contextlib.suppress(ResultsWriteError):
             manifest.update_cell(cell.id, status="failed", error=str(exc))
         reporter.cell_finished(cell, "failed", manifest.cell(cell.id))
@@ -468,7 +469,7 @@ def _run_cell(
             raise  # results cannot be written: stop the whole run
     except KeyboardInterrupt as exc:
         signum = _stop_signal(exc)
-        events.write("interrupted", signal=signal.Signals(signum).name)
+        events.write(EventKind.INTERRUPTED, signal=signal.Signals(signum).name)
         manifest.update_cell(
             cell.id, status="interrupted", error=f"interrupted by {_signal_text(signum)}"
         )
@@ -503,7 +504,7 @@ def _teardown(
         finally:
             if remove is not None:
                 remove()
-        events.write("broker_stopped")
+        events.write(EventKind.BROKER_STOPPED)
     events.close()
 
 
@@ -527,12 +528,8 @@ def _schedule(cell: Cell, start_ns: int) -> dict[str, Any]:
 
 
 def _planned_window(cell: Cell, start_ns: int, connected_ns: int) -> dict[str, Any]:
-    warmup_ns = int(cell.warmup_s * 1e9)
-    return {
-        "start_ns": max(connected_ns, start_ns + warmup_ns),
-        "end_ns": start_ns + warmup_ns + int(cell.duration_s * 1e9),
-        "connected_ns": connected_ns,
-    }
+    start, end = measured_window(start_ns, connected_ns, cell.warmup_s, cell.duration_s)
+    return {"start_ns": start, "end_ns": end, "connected_ns": connected_ns}
 
 
 def _record_outcome(

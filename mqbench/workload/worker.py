@@ -3,7 +3,7 @@
 The parent talks to it over a ``multiprocessing`` pipe:
 
     worker -> parent  ("ready", WorkerStats) | ("stats", WorkerStats)
-                      | ("published", WorkerStats) | ("event", event) | ("done", WorkerStats)
+                      | ("published", WorkerStats) | ("event", Event) | ("done", WorkerStats)
                       | ("error", message) | ("error", WorkerFailure)
     parent -> worker  ("start", start_ns) | ("stop", None) | ("stop", "fast")
 
@@ -32,6 +32,7 @@ from typing import Any
 
 from mqbench.errors import MqbenchError, TransportError
 from mqbench.process import lifeline
+from mqbench.records.events import Event, EventKind
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
@@ -116,8 +117,8 @@ class Worker:
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send((kind, data))
 
-    def _event(self, kind: str, **details: Any) -> None:
-        self.send_message("event", {"kind": kind, "t_ns": time.time_ns(), **details})
+    def _event(self, kind: EventKind, **details: Any) -> None:
+        self.send_message("event", Event(kind, time.time_ns(), details))
 
     def _on_control(self) -> None:
         try:
@@ -353,7 +354,7 @@ class Worker:
                 self.outage_total_s += outage
                 self.outage_max_s = max(self.outage_max_s, outage)
                 self._event(
-                    "client_reconnected",
+                    EventKind.CLIENT_RECONNECTED,
                     role=role,
                     client=specs[k].client_id,
                     outage_ms=round(outage * 1000, 3),
@@ -487,7 +488,7 @@ class Worker:
                 *(c.close() for k in chosen if (c := clients[k]) is not None),
                 return_exceptions=True,
             )
-            self._event("churn_disconnected", who=churn.who, clients=ids)
+            self._event(EventKind.CHURN_DISCONNECTED, who=churn.who, clients=ids)
             await asyncio.sleep(churn.downtime_s)
             failed = 0
             for k in chosen:
@@ -496,9 +497,11 @@ class Worker:
                     self.reconnects += 1
                 except TransportError as exc:
                     failed += 1
-                    self._event("error", message=f"reconnect of {specs[k].client_id}: {exc}")
+                    self._event(
+                        EventKind.ERROR, message=f"reconnect of {specs[k].client_id}: {exc}"
+                    )
             self._held_down -= held
-            self._event("churn_reconnected", who=churn.who, clients=ids, failed=failed)
+            self._event(EventKind.CHURN_RECONNECTED, who=churn.who, clients=ids, failed=failed)
             t += int(churn.every_s * 1e9)
 
     async def _reopen(self, spec: Any, client: Client | None, is_sub: bool) -> Client:
