@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from mqbench.analysis.aggregate import CellAggregate
 from mqbench.analysis.kernel import APPROX_BITS
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
-from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan
+from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan, manifest_cell
 from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
 from mqbench.analysis.summary import (
     SUMMARY_JSON,
@@ -20,19 +21,25 @@ from mqbench.analysis.summary import (
     write_summary_parquet,
 )
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import ANALYSABLE, CellEntry, CellEntryError, cell_entries
 from mqbench.records.format import SCHEMA_VERSION
 
-ANALYSABLE = ("completed", "interrupted")
 MANIFEST = "manifest.json"
 
 
-def is_analysable(cell: dict[str, Any]) -> bool:
+def is_analysable(cell: CellEntry | Mapping[str, Any]) -> bool:
     """Completed, or interrupted after publishing began (a cell stopped before its first
     message has no schedule and nothing to analyse)."""
-    status = cell.get("status")
-    if status == "interrupted":
-        return isinstance(cell.get("schedule"), dict)
-    return status in ANALYSABLE
+    return manifest_cell(cell).analysable
+
+
+def manifest_cells(manifest: Mapping[str, Any]) -> list[CellEntry]:
+    """The cell entries of a manifest read by :func:`read_manifest` (AnalysisError when one
+    is malformed)."""
+    try:
+        return cell_entries(manifest)
+    except CellEntryError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 __all__ = ["analyze_cell_numpy", "analyze_run", "read_manifest"]
@@ -59,19 +66,18 @@ def read_manifest(result_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _select_cells(manifest: dict[str, Any], cells: list[str] | None) -> list[dict[str, Any]]:
-    entries = [c for c in manifest.get("cells") or [] if isinstance(c, dict)]
+def _select_cells(entries: list[CellEntry], cells: list[str] | None) -> list[CellEntry]:
     if cells is None:
-        chosen = [c for c in entries if is_analysable(c)]
+        chosen = [c for c in entries if c.analysable]
         if not chosen:
             raise AnalysisError("no completed or interrupted cells to analyse")
         return chosen
-    by_id = {str(c.get("id")): c for c in entries}
+    by_id = {c.id: c for c in entries}
     chosen = []
     for cid in cells:
         if cid not in by_id:
             raise AnalysisError(f"cell {cid!r} is not in the manifest")
-        status = by_id[cid].get("status")
+        status = by_id[cid].status
         if status not in ANALYSABLE:
             raise AnalysisError(
                 f"cell {cid!r} has status {status!r}; only completed or interrupted cells "
@@ -104,13 +110,13 @@ def analyze_run(
     ``summary_agg.parquet``: repeats of a cell as mean and 95 % confidence interval.
     """
     result_dir = Path(result_dir)
-    manifest = read_manifest(result_dir)
-    chosen = _select_cells(manifest, cells)
+    entries = manifest_cells(read_manifest(result_dir))
+    chosen = _select_cells(entries, cells)
     plans: list[CellPlan] = []
     for cell in chosen:
-        folder = result_dir / "cells" / str(cell.get("id"))
+        folder = result_dir / "cells" / cell.id
         if not folder.is_dir():
-            raise AnalysisError(f"cell {cell.get('id')!r}: folder {folder} is missing")
+            raise AnalysisError(f"cell {cell.id!r}: folder {folder} is missing")
         plans.append(build_plan(cell, folder, APPROX_BITS if approx else None))
     aggs: list[CellAggregate]
     if engine == "numpy":
@@ -127,8 +133,8 @@ def analyze_run(
         write_summary_json(plan.folder, summary)
     fresh = {s.cell_id for s in summaries}
     everything = list(summaries)
-    for cell in manifest.get("cells") or []:
-        cid = str(cell.get("id"))
+    for entry in entries:
+        cid = entry.id
         path = result_dir / "cells" / cid / SUMMARY_JSON
         if cid not in fresh and path.exists():
             everything.append(read_summary_json(path))

@@ -21,12 +21,15 @@ Spark summary and writes ``cells/<id>/faults.json``:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mqbench.analysis.plan import manifest_cell
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import LAT_UNIT_NS, RECORD_DTYPE, RECORD_SIZE
 from mqbench.records.schedule import intended_ns_array
@@ -85,23 +88,23 @@ def _inside(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
     return mask
 
 
-def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+def fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
     """Metrics of a fault run, or None when the cell injected no faults."""
     events = read_events(folder)
     windows = fault_windows(events)
     reconnects = [e.details for e in events if e.kind is EventKind.CLIENT_RECONNECTED]
     if not windows and not reconnects:
         return None
-    schedule = cell["schedule"]
-    window = cell["window"]
-    w_start, w_end = int(window["start_ns"]), int(window["end_ns"])
+    entry = manifest_cell(cell)
+    schedule, window = entry.schedule, entry.window
+    if schedule is None or window is None:
+        raise AnalysisError(
+            f"cell {entry.id}: fault metrics need the manifest's schedule and window"
+        )
+    w_start, w_end = window.start_ns, window.end_ns
     deliveries = _load(folder, "deliveries")
     intended = intended_ns_array(
-        int(schedule["start_ns"]),
-        float(schedule["rate"]),
-        int(schedule["publishers"]),
-        deliveries["pub"],
-        deliveries["seq"],
+        schedule.start_ns, schedule.rate, schedule.publishers, deliveries["pub"], deliveries["seq"]
     )
     t_recv = deliveries["t_sent"] + deliveries["lat"].astype(np.int64) * LAT_UNIT_NS
     latency_us = (t_recv - intended) / 1000.0
@@ -161,7 +164,7 @@ def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     }
 
 
-def write_fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+def write_fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
     """Compute and write ``faults.json`` (nothing when the cell had no faults)."""
     metrics = fault_metrics(cell, folder)
     if metrics is not None:

@@ -221,7 +221,7 @@ def _run(
         only=(lambda c: c.id in selected) if selected else None,
         manifest_extra={"calibration": check.manifest_record()},
     )
-    if not no_analyze and any(c["status"] == "completed" for c in result.cells):
+    if not no_analyze and any(c.status == "completed" for c in result.cells):
         _analyze(result.result_dir, master, {})
     console.print(f"results: [bold]{result.result_dir}[/]")
     from mqbench.errors import MqbenchError
@@ -230,14 +230,16 @@ def _run(
         first = result.failed_cells[0]
         raise MqbenchError(
             f"{len(result.failed_cells)} of {len(result.cells)} cell(s) failed; "
-            f"{first['id']}: {first['error']}"
+            f"{first.id}: {first.error}"
         )
     if result.broker_exits:
         first = result.broker_exits[0]
+        exit = first.broker_exit
+        assert exit is not None
         raise MqbenchError(
             f"the broker died in {len(result.broker_exits)} of {len(result.cells)} cell(s); "
-            f"{first['id']}: {first['broker_exit'].get('reason', 'exited')} "
-            f"(exit code {first['broker_exit'].get('exit_code')}); results are marked invalid"
+            f"{first.id}: {exit.reason or 'exited'} "
+            f"(exit code {exit.exit_code}); results are marked invalid"
         )
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from mqbench.brokers.liveness import BrokerExit
+from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
 
@@ -105,27 +105,25 @@ class RichReporter:
             )
         )
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         """Close the live line and say how the cell ended."""
         if self._live is not None:
             self._live.stop()
             self._live = None
-        totals = detail.get("totals", {})
         style = {"completed": "green", "failed": "red"}.get(status, "yellow")
         line = Text(f"  {status}", style=style)
-        if totals:
-            line.append(f"  sent {totals.get('sent')} received {totals.get('received')}")
-        if detail.get("error"):
-            line.append(f"  {detail['error']}")
-        broker_exit = detail.get("broker_exit") or {}
-        if broker_exit:
+        if detail.totals is not None:
+            line.append(f"  sent {detail.totals.sent} received {detail.totals.received}")
+        if detail.error:
+            line.append(f"  {detail.error}")
+        if detail.broker_exit is not None:
             line.append(
-                f"\n  invalid: the broker {broker_exit.get('reason', 'exited')} during the cell",
+                f"\n  invalid: the broker {detail.broker_exit.reason or 'exited'} during the cell",
                 style="bold red",
             )
-        generator = detail.get("generator") or {}
-        for reason in generator.get("reasons", []):
+        generator = detail.generator
+        for reason in generator.reasons if generator else ():
             line.append(f"\n  generator saturated: {reason}", style="bold yellow")
-        for warning in generator.get("warnings", []):
+        for warning in generator.warnings if generator else ():
             line.append(f"\n  warning: {warning}", style="yellow")
         self.console.print(line)

@@ -8,7 +8,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,10 +22,18 @@ from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts
+from mqbench.records.cell_entry import (
+    BrokerExitEntry,
+    CellEntry,
+    CellStatus,
+    Route,
+    Schedule,
+    Totals,
+    Window,
+)
 from mqbench.records.events import EventKind, EventLog
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, check_output_root, create_result_dir
-from mqbench.records.schedule import measured_window
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Faults, Scenario
 from mqbench.transports.registry import get_transport, resolve_client
@@ -58,8 +66,8 @@ class RunReporter(Protocol):
     def progress(self, cell: Cell, progress: Progress) -> None:
         """Live counters, a few times a second."""
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
-        """A cell ended: completed, failed or interrupted."""
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
+        """A cell ended: completed, failed or interrupted (``detail``: its manifest entry)."""
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
         """The broker exited on its own during the cell (called from a watcher thread)."""
@@ -80,7 +88,7 @@ class SilentReporter:
     def progress(self, cell: Cell, progress: Progress) -> None:
         """Nothing to show."""
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         """Nothing to show (the outcome is in the result)."""
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
@@ -93,17 +101,17 @@ class RunResult:
 
     result_dir: Path
     status: str
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellEntry] = field(default_factory=list)
 
     @property
-    def failed_cells(self) -> list[dict[str, Any]]:
+    def failed_cells(self) -> list[CellEntry]:
         """Cells that did not complete."""
-        return [c for c in self.cells if c["status"] == "failed"]
+        return [c for c in self.cells if c.status == "failed"]
 
     @property
-    def broker_exits(self) -> list[dict[str, Any]]:
+    def broker_exits(self) -> list[CellEntry]:
         """Cells whose broker exited on its own (their results are invalid)."""
-        return [c for c in self.cells if c.get("broker_exit")]
+        return [c for c in self.cells if c.broker_exit is not None]
 
 
 class RunInterrupted(MqbenchError):
@@ -261,15 +269,14 @@ def _run_cells(
         for cell in cells:
             if search is not None and search.should_skip(cell):
                 manifest.add_cell(
-                    {
-                        "id": cell.id,
-                        "index": cell.index,
-                        "repeat": cell.repeat,
-                        "status": "skipped",
-                        "error": None,
-                        "params": cell.params(),
-                        "skip_reason": search.skip_reason(cell),
-                    }
+                    CellEntry(
+                        id=cell.id,
+                        index=cell.index,
+                        repeat=cell.repeat,
+                        status="skipped",
+                        params=cell.params(),
+                        skip_reason=search.skip_reason(cell),
+                    )
                 )
                 continue
             _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
@@ -296,11 +303,12 @@ def _run_cells(
         raise
     finally:
         reserve.release()
-    statuses = [c["status"] for c in manifest.data["cells"] if c["status"] != "skipped"]
+    entries = manifest.cells
+    statuses = [c.status for c in entries if c.status != "skipped"]
     status = "completed" if any(s == "completed" for s in statuses) else "failed"
-    errors = [c["error"] for c in manifest.data["cells"] if c.get("error")]
+    errors = [c.error for c in entries if c.error]
     manifest.finish(status, errors[0] if status == "failed" and errors else None)
-    return RunResult(result_dir, status, list(manifest.data["cells"]))
+    return RunResult(result_dir, status, entries)
 
 
 def _run_cell(
@@ -341,20 +349,19 @@ def _run_cell(
         "faults": scenario.faults.type if scenario.faults else None,
     }
     manifest.add_cell(
-        {
-            "id": cell.id,
-            "index": cell.index,
-            "repeat": cell.repeat,
-            "status": "running",
-            "error": None,
-            "params": params,
-            "offered_rate": cell.offered_rate,
-            "publishers": cell.publishers,
-            "subscribers": cell.subscribers,
-            "expected_delivery_rate": cell.expected_delivery_rate,
-            "routes": topology.routes,
-            "send_failures_expected": send_failures_expected,
-        }
+        CellEntry(
+            id=cell.id,
+            index=cell.index,
+            repeat=cell.repeat,
+            status="running",
+            params=params,
+            offered_rate=cell.offered_rate,
+            publishers=cell.publishers,
+            subscribers=cell.subscribers,
+            expected_delivery_rate=cell.expected_delivery_rate,
+            routes=tuple(Route.from_dict(cell.id, r) for r in topology.routes),
+            send_failures_expected=send_failures_expected,
+        )
     )
     reporter.cell_started(cell)
     events = EventLog(cell_dir / "events.jsonl")
@@ -366,8 +373,9 @@ def _run_cell(
         details = exit.to_dict()
         events.write(EventKind.BROKER_EXITED, **details)
         sampler.forget(exit.pid)
+        entry = BrokerExitEntry.from_dict(cell.id, details)
         with contextlib.suppress(MqbenchError):
-            manifest.update_cell(cell.id, broker_exit=details)
+            manifest.update_cell(cell.id, lambda c: replace(c, broker_exit=entry))
         reporter.broker_exited(cell, exit)
 
     try:
@@ -383,7 +391,8 @@ def _run_cell(
             )
         )
         events.write(EventKind.BROKER_STARTED, **broker.info)
-        manifest.update_cell(cell.id, broker=broker.info)
+        info = broker.info
+        manifest.update_cell(cell.id, lambda c: replace(c, broker=info))
         if isinstance(broker, WatchesExit):
             broker.watch_exit(on_broker_exit)
         if broker.pids:
@@ -428,11 +437,9 @@ def _run_cell(
         def on_start(start_ns: int) -> None:
             # The schedule and the planned window are known now: store them before a single
             # message goes out, so an interrupted or killed run can always be analysed.
-            manifest.update_cell(
-                cell.id,
-                schedule=_schedule(cell, start_ns),
-                window=_planned_window(cell, start_ns, start_ns),
-            )
+            schedule = _schedule(cell, start_ns)
+            window = Window.planned(start_ns, start_ns, cell.warmup_s, cell.duration_s)
+            manifest.update_cell(cell.id, lambda c: replace(c, schedule=schedule, window=window))
             if driver is not None:
                 driver.begin(start_ns, cell.warmup_s, cell.duration_s)
 
@@ -453,26 +460,26 @@ def _run_cell(
         )
         outcome = coordinator.run()
         _record_outcome(scenario, cell, manifest, outcome)
-        status = "interrupted" if outcome.interrupted else "completed"
-        manifest.update_cell(cell.id, status=status)
-        reporter.cell_finished(cell, status, manifest.cell(cell.id))
+        status: CellStatus = "interrupted" if outcome.interrupted else "completed"
+        entry = manifest.update_cell(cell.id, lambda c: replace(c, status=status))
+        reporter.cell_finished(cell, status, entry)
         if outcome.interrupted:
             raise RunInterrupted(f"interrupted during cell {cell.id}", _stop_signal())
     except MqbenchError as exc:
         if isinstance(exc, RunInterrupted):
             raise
         events.write(EventKind.ERROR, message=str(exc))
+        failure = str(exc)
         with contextlib.suppress(ResultsWriteError):
-            manifest.update_cell(cell.id, status="failed", error=str(exc))
+            manifest.update_cell(cell.id, lambda c: replace(c, status="failed", error=failure))
         reporter.cell_finished(cell, "failed", manifest.cell(cell.id))
         if isinstance(exc, ResultsWriteError):
             raise  # results cannot be written: stop the whole run
     except KeyboardInterrupt as exc:
         signum = _stop_signal(exc)
         events.write(EventKind.INTERRUPTED, signal=signal.Signals(signum).name)
-        manifest.update_cell(
-            cell.id, status="interrupted", error=f"interrupted by {_signal_text(signum)}"
-        )
+        error = f"interrupted by {_signal_text(signum)}"
+        manifest.update_cell(cell.id, lambda c: replace(c, status="interrupted", error=error))
         raise
     finally:
         _teardown(cell_dir, events, sampler, faults, broker)
@@ -517,36 +524,35 @@ def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
     return options
 
 
-def _schedule(cell: Cell, start_ns: int) -> dict[str, Any]:
-    return {
-        "kind": "interleaved",
-        "start_ns": start_ns,
-        "rate": cell.rate,
-        "publishers": cell.publishers,
-        "messages_per_publisher": cell.messages_per_publisher,
-    }
-
-
-def _planned_window(cell: Cell, start_ns: int, connected_ns: int) -> dict[str, Any]:
-    start, end = measured_window(start_ns, connected_ns, cell.warmup_s, cell.duration_s)
-    return {"start_ns": start, "end_ns": end, "connected_ns": connected_ns}
+def _schedule(cell: Cell, start_ns: int) -> Schedule:
+    return Schedule(
+        start_ns=start_ns,
+        rate=cell.rate,
+        publishers=cell.publishers,
+        messages_per_publisher=cell.messages_per_publisher,
+    )
 
 
 def _record_outcome(
     scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome
 ) -> None:
-    window = _planned_window(cell, outcome.start_ns, outcome.connected_ns)
+    window = Window.planned(outcome.start_ns, outcome.connected_ns, cell.warmup_s, cell.duration_s)
     if outcome.interrupted:
-        window["end_ns"] = min(window["end_ns"], outcome.stopped_ns)
+        window = replace(window, end_ns=min(window.end_ns, outcome.stopped_ns))
     verdict = generator_verdict(
         outcome.workers,
         late_threshold_ms=scenario.generator.max_send_lag_ms,
     )
+    total = outcome.total
+    schedule = _schedule(cell, outcome.start_ns)
     manifest.update_cell(
         cell.id,
-        schedule=_schedule(cell, outcome.start_ns),
-        window=window,
-        generator=verdict,
-        totals={"sent": outcome.total.sent, "received": outcome.total.received},
-        finished_ns=time.time_ns(),
+        lambda c: replace(
+            c,
+            schedule=schedule,
+            window=window,
+            generator=verdict,
+            totals=Totals(total.sent, total.received),
+            finished_ns=time.time_ns(),
+        ),
     )

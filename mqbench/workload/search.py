@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.errors import MqbenchError
+from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Search
 
@@ -68,10 +69,10 @@ class SearchTracker:
             crossed.append(f"generator saturated ({summary.get('generator_reason')})")
         return crossed
 
-    def observe(self, cell: Cell, manifest_cell: dict[str, Any], folder: Path) -> None:
+    def observe(self, cell: Cell, manifest_cell: CellEntry, folder: Path) -> None:
         """Analyse a finished step and decide whether its combination goes on."""
         key = self._key(cell)
-        value = manifest_cell["params"][
+        value = manifest_cell.params[
             {
                 "rate": "rate",
                 "pairs": "pairs",
@@ -79,8 +80,8 @@ class SearchTracker:
                 "publishers": "fanin_publishers",
             }[self.search.axis]
         ]
-        if manifest_cell["status"] != "completed":
-            crossed = [f"cell {manifest_cell['status']}: {manifest_cell.get('error')}"]
+        if manifest_cell.status != "completed":
+            crossed = [f"cell {manifest_cell.status}: {manifest_cell.error}"]
             summary: dict[str, Any] = {}
         else:
             from mqbench.analysis.numpy_ref import analyze_cell_numpy

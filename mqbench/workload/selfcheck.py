@@ -3,8 +3,7 @@ the bottleneck?"""
 
 from __future__ import annotations
 
-from typing import Any
-
+from mqbench.records.cell_entry import GeneratorVerdict
 from mqbench.records.worker_stats import WorkerStats
 
 MAX_LATE_FRACTION = 0.01
@@ -15,8 +14,8 @@ MAX_LOOP_LAG_MS = 50.0
 """An event-loop stall this long delays sends and receive timestamps alike."""
 
 
-def generator_verdict(workers: list[WorkerStats], *, late_threshold_ms: float) -> dict[str, Any]:
-    """Combine worker stats into ``{"saturated", "reasons", "warnings", "workers"}``.
+def generator_verdict(workers: list[WorkerStats], *, late_threshold_ms: float) -> GeneratorVerdict:
+    """Combine worker stats into the manifest's ``generator`` verdict.
 
     ``reasons`` say why the generator, not the broker, limited the cell; ``warnings`` are
     facts worth seeing that do not invalidate it (e.g. sends skipped while disconnected).
@@ -57,10 +56,10 @@ def generator_verdict(workers: list[WorkerStats], *, late_threshold_ms: float) -
         lag_ms = w.max_loop_lag_ns / 1e6
         if lag_ms > MAX_LOOP_LAG_MS:
             reasons.append(f"worker {w.worker} event loop stalled {lag_ms:.0f} ms")
-    return {
-        "saturated": bool(reasons),
-        "late_threshold_ms": late_threshold_ms,
-        "reasons": reasons,
-        "warnings": warnings,
-        "workers": [w.to_dict() for w in workers],
-    }
+    return GeneratorVerdict(
+        saturated=bool(reasons),
+        late_threshold_ms=late_threshold_ms,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+        workers=tuple(workers),
+    )

@@ -105,22 +105,22 @@ def test_generator_is_flagged_when_sends_are_late() -> None:
         [WorkerStats(worker=0, due=1000, late=50, max_send_lag_ns=40_000_000)],
         late_threshold_ms=5,
     )
-    assert verdict["saturated"]
-    assert "5.0% of sends were over 5 ms late (max 40.0 ms)" in verdict["reasons"]
+    assert verdict.saturated
+    assert "5.0% of sends were over 5 ms late (max 40.0 ms)" in list(verdict.reasons)
 
 
 def test_generator_is_flagged_when_a_worker_uses_a_whole_core() -> None:
     verdict = generator_verdict(
         [WorkerStats(worker=1, due=10, late=0, publish_cpu_fraction=0.97)], late_threshold_ms=5
     )
-    assert verdict["reasons"] == ["worker 1 used 97% of a core"]
+    assert list(verdict.reasons) == ["worker 1 used 97% of a core"]
 
 
 def test_generator_is_flagged_on_event_loop_stalls() -> None:
     verdict = generator_verdict(
         [WorkerStats(worker=0, due=10, late=0, max_loop_lag_ns=120_000_000)], late_threshold_ms=5
     )
-    assert verdict["reasons"] == ["worker 0 event loop stalled 120 ms"]
+    assert list(verdict.reasons) == ["worker 0 event loop stalled 120 ms"]
 
 
 def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() -> None:
@@ -128,16 +128,16 @@ def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() 
         [WorkerStats(worker=0, due=1000, late=5, send_failed=3, publish_cpu_fraction=0.3)],
         late_threshold_ms=5,
     )
-    assert not verdict["saturated"]
-    assert verdict["warnings"] == ["3 sends were due while their client was disconnected"]
+    assert not verdict.saturated
+    assert list(verdict.warnings) == ["3 sends were due while their client was disconnected"]
 
 
 def test_sends_refused_by_a_full_output_buffer_are_told_apart_from_disconnections() -> None:
     verdict = generator_verdict(
         [WorkerStats(worker=0, due=1000, send_failed=10, send_refused=7)], late_threshold_ms=5
     )
-    assert verdict["warnings"][0] == "3 sends were due while their client was disconnected"
-    assert verdict["warnings"][1].startswith("7 sends were refused: their connection's output")
+    assert verdict.warnings[0] == "3 sends were due while their client was disconnected"
+    assert verdict.warnings[1].startswith("7 sends were refused: their connection's output")
 
 
 def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos() -> None:
@@ -147,8 +147,8 @@ def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos(
         WorkerStats(worker=2, due=100, qos_downgraded=0, granted_qos_min=None),
     ]
     verdict = generator_verdict(workers, late_threshold_ms=5)
-    assert not verdict["saturated"]
-    (warning,) = verdict["warnings"]
+    assert not verdict.saturated
+    (warning,) = list(verdict.warnings)
     assert "granted 10 subscription(s) QoS 1, lower than asked" in warning
 
 
@@ -156,7 +156,7 @@ def test_qos2_publishes_answered_with_puback_are_a_warning() -> None:
     verdict = generator_verdict(
         [WorkerStats(worker=0, due=100, publish_qos2_acked_as_qos1=100)], late_threshold_ms=5
     )
-    assert verdict["warnings"] == [
+    assert list(verdict.warnings) == [
         "the broker answered 100 QoS 2 publish(es) with PUBACK: it treats QoS 2 as QoS 1 "
         "(at least once, duplicates possible)"
     ]
