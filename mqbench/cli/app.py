@@ -207,6 +207,7 @@ def _run(
     master: str | None,
     check: CalibrationCheck,
 ) -> None:
+    from mqbench.analysis.numpy_ref import analyze_cell_numpy
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
     from mqbench.workload.run import run_scenario
@@ -220,6 +221,7 @@ def _run(
         reporter=RichReporter(console),
         only=(lambda c: c.id in selected) if selected else None,
         manifest_extra={"calibration": check.manifest_record()},
+        evaluate=analyze_cell_numpy,
     )
     if not no_analyze and any(c.status == "completed" for c in result.cells):
         _analyze(result.result_dir, master, {})

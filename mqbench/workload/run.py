@@ -46,7 +46,7 @@ from mqbench.workload.capacity import (
 )
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
-from mqbench.workload.search import SearchTracker
+from mqbench.workload.search import Evaluate, SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology, fault_targets
 
@@ -226,8 +226,12 @@ def run_scenario(
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
     manifest_extra: dict[str, Any] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
+
+    ``evaluate`` summarises a finished step of a saturation search (``workload.search``);
+    a scenario with a ``search`` needs one.
 
     ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
     ``calibration`` the CLI checked the cells against).
@@ -236,9 +240,22 @@ def run_scenario(
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
     preflight(scenario, cells, out_root)
+    search: SearchTracker | None = None
+    if scenario.search is not None:
+        if evaluate is None:
+            raise ScenarioError(f"{scenario_file}: a saturation search needs an evaluation")
+        search = SearchTracker(scenario.search, evaluate)
     with interrupts.StopSignals():
         return _run_cells(
-            scenario, cells, scenario_file, scenario_data, out_root, argv, reporter, manifest_extra
+            scenario,
+            cells,
+            scenario_file,
+            scenario_data,
+            out_root,
+            argv,
+            reporter,
+            manifest_extra,
+            search,
         )
 
 
@@ -251,6 +268,7 @@ def _run_cells(
     argv: list[str],
     reporter: RunReporter,
     manifest_extra: dict[str, Any] | None,
+    search: SearchTracker | None,
 ) -> RunResult:
     # The folder, its space reserve and its first manifest appear together; a signal in
     # between is raised inside the ``try`` below, which finishes the manifest.
@@ -262,7 +280,6 @@ def _run_cells(
         manifest.data.update(manifest_extra or {})
         manifest.save()
     run_tag = secrets.token_hex(3)
-    search = SearchTracker(scenario.search) if scenario.search is not None else None
     try:
         interrupts.raise_pending()
         reporter.run_started(result_dir, cells)
