@@ -44,7 +44,7 @@ def in_window_sends(cell: dict, sends: np.ndarray) -> np.ndarray:
     return ok[(intended >= w["start_ns"]) & (intended < w["end_ns"])]
 
 
-FAKE = "client: fake_transport:DroppingTransport\ngenerator: {workers: 1}\n"
+FAKE = "client: fake_transport:DroppingTransport\ngenerator: {workers: 1, layout: shared}\n"
 
 
 def test_fanout_to_500_subscribers_accounts_every_known_drop(tmp_path: Path) -> None:
