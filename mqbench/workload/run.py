@@ -26,7 +26,6 @@ from mqbench.records.cell_entry import (
     BrokerExitEntry,
     CellEntry,
     CellStatus,
-    Route,
     Schedule,
     Totals,
     Window,
@@ -376,7 +375,7 @@ def _run_cell(
             publishers=cell.publishers,
             subscribers=cell.subscribers,
             expected_delivery_rate=cell.expected_delivery_rate,
-            routes=tuple(Route.from_dict(cell.id, r) for r in topology.routes),
+            routes=tuple(topology.routes),
             send_failures_expected=send_failures_expected,
         )
     )

@@ -16,16 +16,8 @@ from typing import Any, Protocol
 
 from mqbench.errors import MqbenchError
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.matrix import Cell
+from mqbench.scenario.matrix import AXIS_FIELDS, Cell
 from mqbench.scenario.model import Search
-
-AXIS_PARAMS = {
-    "rate": "rate",
-    "pairs": "pairs",
-    "subscribers": "fanout_subscribers",
-    "publishers": "fanin_publishers",
-}
-"""The cell parameter each search axis steps."""
 
 
 class _Latency(Protocol):
@@ -74,7 +66,7 @@ def combination_key(cell: Cell, axis: str) -> tuple[Any, ...]:
     params = cell.params()
     for name in ("index", "repeat", "search_step", "publishers", "subscribers"):
         params.pop(name, None)
-    params.pop(AXIS_PARAMS[axis], None)
+    params.pop(AXIS_FIELDS[axis], None)
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
@@ -116,7 +108,7 @@ class SearchTracker:
     def observe(self, cell: Cell, entry: CellEntry, folder: Path) -> None:
         """Evaluate a finished step and decide whether its combination goes on."""
         key = self._key(cell)
-        value = entry.params[AXIS_PARAMS[self.search.axis]]
+        value = entry.params[AXIS_FIELDS[self.search.axis]]
         throughput: float | None = None
         if entry.status != "completed":
             crossed = [f"cell {entry.status}: {entry.error}"]
