@@ -109,9 +109,9 @@ def run(
         chosen = [c for c in cells if not selected or c.id in selected]
         check = _check_calibration(scenario, chosen)
         if dry_run:
-            from mqbench.workload.run import check_load
+            from mqbench.workload.preflight import preflight
 
-            check_load(scenario, chosen)
+            preflight(scenario, chosen, out)
             _print_cells(scenario, chosen, out)
             _print_calibration_notes(check)
             return
@@ -292,19 +292,22 @@ def analyze(
 def scenario_validate(
     scenario_file: Annotated[Path, typer.Argument(metavar="FILE", help="Scenario YAML file.")],
     overrides: SetOption = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Root folder results would go to (disk space).")
+    ] = Path("results"),
 ) -> None:
-    """Check a scenario file (keys, values, targets, QoS) without running anything."""
+    """Check a scenario file without running anything: everything `run` checks before it
+    starts (keys, values, targets installed, broker options, QoS and other client
+    capabilities, topologies, load that fits the machine, disk space)."""
 
     def go() -> None:
         from mqbench.errors import ScenarioError
         from mqbench.scenario.loader import load_scenario
-        from mqbench.scenario.matrix import expand
-        from mqbench.workload.run import check_load
+        from mqbench.workload.preflight import preflight
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
-        cells = expand(scenario)
         try:
-            check_load(scenario, cells)
+            cells = preflight(scenario, out_root=out)
         except ScenarioError as exc:
             raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")

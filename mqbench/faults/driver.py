@@ -26,6 +26,13 @@ from mqbench.scenario.model import Faults
 STREAMS = {"up": (UPSTREAM,), "down": (DOWNSTREAM,), "both": (UPSTREAM, DOWNSTREAM)}
 
 
+def check_faults(faults: Faults) -> None:
+    """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
+    validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
+    if faults.proxy != "builtin":
+        ToxiproxyClient(faults.proxy).check()
+
+
 class FaultDriver:
     """Injects one scenario's faults into one cell."""
 

@@ -219,3 +219,14 @@ def expand(scenario: Scenario) -> list[Cell]:
                 )
             )
     return cells
+
+
+def broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
+    """What the runtime gets as ``StartRequest.options`` for ``cell``: the cell's
+    ``broker.options`` (without ``label``), ``broker.pid`` and the resources profile."""
+    options: dict[str, Any] = {k: v for k, v in cell.broker_options if k != "label"}
+    if scenario.broker.pid:
+        options["pid"] = scenario.broker.pid
+    if cell.resources:
+        options["resources"] = cell.resources
+    return options

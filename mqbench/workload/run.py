@@ -14,12 +14,10 @@ from typing import Any, Protocol
 
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.liveness import BrokerExit, WatchesExit
-from mqbench.brokers.native_profiles import check_native_profile
-from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.brokers.targets import get_target
-from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
+from mqbench.errors import MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts
 from mqbench.records.cell_entry import (
@@ -32,19 +30,17 @@ from mqbench.records.cell_entry import (
 )
 from mqbench.records.events import EventKind, EventLog
 from mqbench.records.manifest import Manifest
-from mqbench.records.results import SpaceReserve, check_output_root, create_result_dir
-from mqbench.scenario.matrix import Cell, expand
-from mqbench.scenario.model import Faults, Scenario
-from mqbench.transports.registry import get_transport, resolve_client
-from mqbench.transports.topics import is_filter
+from mqbench.records.results import SpaceReserve, create_result_dir
+from mqbench.scenario.matrix import Cell, broker_options, expand
+from mqbench.scenario.model import Scenario
+from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import (
     RESERVE_BYTES,
-    check_disk_space,
-    check_fits,
     pending_bound,
 )
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
+from mqbench.workload.preflight import preflight
 from mqbench.workload.search import Evaluate, SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology, fault_targets
@@ -140,79 +136,6 @@ def _signal_text(signum: int) -> str:
     if signum == signal.SIGINT:
         return "SIGINT (Ctrl-C)"
     return signal.Signals(signum).name
-
-
-def check_load(scenario: Scenario, cells: list[Cell]) -> None:
-    """What ``scenario validate``, ``run --dry-run`` and ``run`` all check up front:
-    possible combinations and load that fits the machine (``capacity.check_fits``)."""
-    check_fits(scenario, cells)  # first: it is cheap, the topologies below are not
-    check_combinations(scenario, cells)
-
-
-def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
-    """Reject what cannot run before anything is created or started."""
-    check_output_root(out_root)
-    check_load(scenario, cells)
-    check_disk_space(cells, out_root)
-    runtime = get_runtime(scenario.runtime)
-    for target_name in scenario.targets:
-        availability = runtime.availability(target_name)
-        if not availability.available:
-            raise BrokerError(f"target {target_name!r}: {availability.reason}")
-    if scenario.faults is not None:
-        check_faults(scenario.faults)
-
-
-def check_faults(faults: Faults) -> None:
-    """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
-    from mqbench.faults.client import ToxiproxyClient
-    from mqbench.faults.toxics import DOWNSTREAM, validate_toxic
-
-    validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
-    if faults.proxy != "builtin":
-        ToxiproxyClient(faults.proxy).check()
-
-
-def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
-    """Reject impossible combinations (QoS, clients, topologies, shards) with the reason."""
-    for target_name in scenario.targets:
-        target = get_target(target_name)
-        for client in scenario.client:
-            name = resolve_client(target.transport, client)
-            transport = get_transport(name)
-            for qos in scenario.workload.qos:
-                if qos > transport.max_qos:
-                    raise ScenarioError(
-                        f"target {target_name!r}: QoS {qos} is not supported by the "
-                        f"{name} client (max QoS {transport.max_qos})"
-                    )
-            if scenario.workload.is_persistent and target.transport != "mqtt":
-                raise ScenarioError(
-                    f"target {target_name!r}: persistent sessions are an MQTT feature; "
-                    f"{target.transport} has no equivalent here (set workload.persistent: false)"
-                )
-    known_profiles = profile_names()
-    for profile in scenario.resources:
-        if profile is not None and profile not in known_profiles:
-            raise ScenarioError(
-                f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
-            )
-        if profile is not None and scenario.runtime == "native":
-            # More CPUs than the machine has, or no cgroup write access: refused here,
-            # before a result folder exists or a broker starts.
-            check_native_profile(profile)
-    cpus = os.cpu_count() or 1
-    for cell in cells:
-        worker_count(scenario.generator.workers, cell.connections, cpus)
-        topology = build_topology(cell, "check", scenario.seed)
-        if scenario.faults is not None:
-            fault_targets(topology, scenario.faults.target)
-        protocol = get_target(cell.target).transport
-        if protocol == "redis" and any(is_filter(s.topic_filter) for s in topology.subscribers):
-            raise ScenarioError(
-                f"target {cell.target!r}: topology {cell.topology!r} subscribes with wildcard "
-                "filters, which the redis client does not support (exact channels only)"
-            )
 
 
 def run_scenario(
@@ -402,7 +325,7 @@ def _run_cell(
                 workdir=cell_dir / "broker",
                 host=scenario.broker.host,
                 port=scenario.broker.port,
-                options=_broker_options(scenario, cell),
+                options=broker_options(scenario, cell),
                 startup_timeout_s=scenario.broker.startup_timeout,
             )
         )
@@ -529,15 +452,6 @@ def _teardown(
                 remove()
         events.write(EventKind.BROKER_STOPPED)
     events.close()
-
-
-def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
-    options: dict[str, Any] = {k: v for k, v in cell.broker_options if k != "label"}
-    if scenario.broker.pid:
-        options["pid"] = scenario.broker.pid
-    if cell.resources:
-        options["resources"] = cell.resources
-    return options
 
 
 def _schedule(cell: Cell, start_ns: int) -> Schedule:

@@ -283,6 +283,7 @@ class PostgresService:
 class TbmqStyleSpec(NativeSpec):
     """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
 
+    option_defaults = DEFAULTS
     name = "tbmq-style"
     executable = "python"
     install_hint = "built into mqbench (pip install -e .)"
