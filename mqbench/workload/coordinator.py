@@ -33,16 +33,26 @@ class Progress:
     """A live snapshot of a running cell, summed over workers."""
 
     phase: str
+    """``connecting``, ``publishing``, ``draining`` or ``stopping``."""
     elapsed_s: float
+    """Seconds since publishing started (0 before)."""
     total_s: float
+    """Warm-up plus measured duration."""
     offered_rate: float
+    """Messages per second the schedule offers (all publishers)."""
     send_rate: float
+    """Messages per second handed to clients over the last ~2 s."""
     receive_rate: float
+    """Deliveries per second over the last ~2 s."""
     sent: int
     received: int
     connected: int
     connections: int
     send_failed: int = 0
+    warmup_s: float = 0.0
+    """The first part of ``total_s``, excluded from the results."""
+    expected_rate: float = 0.0
+    """Deliveries per second when nothing is lost (fan-out multiplies the offered rate)."""
 
 
 @dataclass
@@ -349,5 +359,7 @@ class Coordinator:
                 connected=total.connected,
                 connections=self.connections,
                 send_failed=total.send_failed,
+                warmup_s=self.warmup_s,
+                expected_rate=self.offered_rate * self.expected_per_sent,
             )
         )

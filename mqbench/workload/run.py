@@ -108,6 +108,24 @@ class RunResult:
         """Cells whose broker exited on its own (their results are invalid)."""
         return [c for c in self.cells if c.broker_exit is not None]
 
+    def failure(self) -> MqbenchError | None:
+        """Why the run as a whole failed (cells that failed, brokers that died), or None."""
+        failed = self.failed_cells
+        if failed:
+            return MqbenchError(
+                f"{len(failed)} of {len(self.cells)} cell(s) failed; "
+                f"{failed[0].id}: {failed[0].error}"
+            )
+        exits = self.broker_exits
+        if exits and exits[0].broker_exit is not None:
+            first = exits[0].broker_exit
+            return MqbenchError(
+                f"the broker died in {len(exits)} of {len(self.cells)} cell(s); "
+                f"{exits[0].id}: {first.reason or 'exited'} (exit code {first.exit_code}); "
+                "results are marked invalid"
+            )
+        return None
+
 
 class RunInterrupted(MqbenchError):
     """SIGINT or SIGTERM stopped the run; records so far are flushed, the manifest says so.
