@@ -1,4 +1,4 @@
-"""Issue-6 acceptance: a shortened mq-bench experiment 3 through the built-in fault proxy.
+"""A shortened mq-bench experiment 3 through the built-in fault proxy (docs/faults.md).
 
 10 pairs x 10 msg/s, 1 KiB, 60 s, reset_peer on the subscribers' side with an exponential
 schedule (MTTF 10 s, MTTR 2 s, fixed seed), persistent sessions, QoS 0/1/2, against real
