@@ -121,9 +121,9 @@ class RichReporter:
         client = resolve_client(get_target(cell.target).transport, cell.client)
         self._cell_started = time.monotonic()
         self.console.print(
-            f"[bold]{cell.id}[/]: {cell.topology} {cell.size_label}, {cell.publishers:,} "
-            f"publisher(s) x {cell.rate:g} msg/s = {cell.offered_rate:,.0f} msg/s offered to "
-            f"{cell.subscribers:,} subscriber(s), {cell.payload_bytes} B, QoS {cell.qos}, "
+            f"[bold]{cell.id}[/]: {cell.publishers:,} publisher(s) x {cell.rate:g} msg/s = "
+            f"{cell.offered_rate:,.0f} msg/s offered, {cell.subscribers:,} subscriber(s) "
+            f"({cell.topology}), {cell.payload_bytes} B, QoS {cell.qos}, "
             f"{cell.warmup_s:g} s warm-up + {cell.duration_s:g} s measured, client {client}"
         )
         if self.console.is_terminal:
