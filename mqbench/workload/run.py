@@ -34,10 +34,7 @@ from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
-from mqbench.workload.capacity import (
-    RESERVE_BYTES,
-    pending_bound,
-)
+from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
 from mqbench.workload.preflight import preflight
@@ -170,11 +167,11 @@ def run_scenario(
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
 
-    ``evaluate`` summarises a finished step of a saturation search (``workload.search``);
-    a scenario with a ``search`` needs one.
-
+    Nothing is created or started before :func:`workload.preflight.preflight` passes.
     ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
-    ``calibration`` the CLI checked the cells against).
+    ``calibration`` the CLI checked the cells against). ``evaluate`` summarises a finished
+    step of a saturation search (``workload.search``); a scenario with a ``search`` needs
+    one.
     """
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
