@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.liveness import BrokerExit
+from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
@@ -40,9 +40,9 @@ class QuietReporter:
     def progress(self, cell: Cell, progress: Progress) -> None:
         pass
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         if status != "completed":
-            print(f"{cell.id}: {status} {detail.get('error') or ''}")
+            print(f"{cell.id}: {status} {detail.error or ''}")
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
         print(f"{cell.id}: the broker {exit.describe()}")
@@ -91,9 +91,9 @@ def main() -> None:
         )
         print(header)
         for cell in result.cells:
-            if cell["status"] != "completed":
+            if cell.status != "completed":
                 continue
-            s = analyze_cell_numpy(cell, result.result_dir / "cells" / cell["id"])
+            s = analyze_cell_numpy(cell, result.result_dir / "cells" / cell.id)
             lat, lag = s.latency, s.send_lag
             verdict = "SATURATED: " + (s.generator_reason or "") if s.generator_saturated else "ok"
             p50 = (lat.p50_us if lat else 0) / 1e3

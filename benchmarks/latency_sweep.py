@@ -35,6 +35,7 @@ import numpy as np
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import HEADER
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
@@ -47,9 +48,9 @@ NATIVE_SUB_ARGS = ("-t", "mqbench/#", "-q", "0", "-F", "%U %x")
 class QuietReporter(SilentReporter):
     """Reports failed cells only."""
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         if status != "completed":
-            print(f"{cell.id}: {status} {detail.get('error') or ''}", file=sys.stderr)
+            print(f"{cell.id}: {status} {detail.error or ''}", file=sys.stderr)
 
 
 class MosquittoSub:
@@ -169,19 +170,19 @@ def _run_rate(
     finally:
         seen = native.stop()
     cell = result.cells[0]
-    if cell["status"] != "completed":
-        raise SystemExit(f"rate {rate}: cell {cell['status']}: {cell.get('error')}")
-    summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell["id"])
-    window = cell["window"]
+    if cell.status != "completed" or cell.window is None:
+        raise SystemExit(f"rate {rate}: cell {cell.status}: {cell.error}")
+    summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell.id)
+    window = cell.window
     stamps = np.array(seen, dtype=np.int64).reshape(-1, 2)
-    in_window = stamps[(stamps[:, 0] >= window["start_ns"]) & (stamps[:, 0] < window["end_ns"])]
+    in_window = stamps[(stamps[:, 0] >= window.start_ns) & (stamps[:, 0] < window.end_ns)]
     native_lat = in_window[:, 1] - in_window[:, 0]
     lat, frm, lag = summary.latency, summary.latency_from_send, summary.send_lag
-    workers = cell.get("generator", {}).get("workers", [])
+    workers = cell.generator.workers if cell.generator else ()
     return {
         "rate": rate,
-        "layout": cell["params"].get("layout"),
-        "timer": ",".join(sorted({str(w.get("timer")) for w in workers if w.get("timer")})),
+        "layout": cell.params.get("layout"),
+        "timer": ",".join(sorted({str(w.timer) for w in workers if w.timer})),
         "lag_p50": lag.p50_us / 1e3 if lag else None,
         "lag_p99": lag.p99_us / 1e3 if lag else None,
         "p50": lat.p50_us / 1e3 if lat else None,

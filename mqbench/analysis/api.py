@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from mqbench.analysis.aggregate import CellAggregate
+from mqbench.analysis.faults import write_fault_metrics
 from mqbench.analysis.kernel import APPROX_BITS
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
-from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan
+from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan, manifest_cell
+from mqbench.analysis.progress import ProgressFn, ProgressTracker
 from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
 from mqbench.analysis.summary import (
     SUMMARY_JSON,
@@ -20,22 +24,28 @@ from mqbench.analysis.summary import (
     write_summary_parquet,
 )
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import ANALYSABLE, CellEntry, CellEntryError, cell_entries
 from mqbench.records.format import SCHEMA_VERSION
 
-ANALYSABLE = ("completed", "interrupted")
 MANIFEST = "manifest.json"
 
 
-def is_analysable(cell: dict[str, Any]) -> bool:
+def is_analysable(cell: CellEntry | Mapping[str, Any]) -> bool:
     """Completed, or interrupted after publishing began (a cell stopped before its first
     message has no schedule and nothing to analyse)."""
-    status = cell.get("status")
-    if status == "interrupted":
-        return isinstance(cell.get("schedule"), dict)
-    return status in ANALYSABLE
+    return manifest_cell(cell).analysable
 
 
-__all__ = ["analyze_cell_numpy", "analyze_run", "read_manifest"]
+def manifest_cells(manifest: Mapping[str, Any]) -> list[CellEntry]:
+    """The cell entries of a manifest read by :func:`read_manifest` (AnalysisError when one
+    is malformed)."""
+    try:
+        return cell_entries(manifest)
+    except CellEntryError as exc:
+        raise AnalysisError(str(exc)) from None
+
+
+__all__ = ["RunAnalysis", "analyze_cell_numpy", "analyze_results", "analyze_run", "read_manifest"]
 
 
 def read_manifest(result_dir: Path) -> dict[str, Any]:
@@ -59,19 +69,18 @@ def read_manifest(result_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _select_cells(manifest: dict[str, Any], cells: list[str] | None) -> list[dict[str, Any]]:
-    entries = [c for c in manifest.get("cells") or [] if isinstance(c, dict)]
+def _select_cells(entries: list[CellEntry], cells: list[str] | None) -> list[CellEntry]:
     if cells is None:
-        chosen = [c for c in entries if is_analysable(c)]
+        chosen = [c for c in entries if c.analysable]
         if not chosen:
             raise AnalysisError("no completed or interrupted cells to analyse")
         return chosen
-    by_id = {str(c.get("id")): c for c in entries}
+    by_id = {c.id: c for c in entries}
     chosen = []
     for cid in cells:
         if cid not in by_id:
             raise AnalysisError(f"cell {cid!r} is not in the manifest")
-        status = by_id[cid].get("status")
+        status = by_id[cid].status
         if status not in ANALYSABLE:
             raise AnalysisError(
                 f"cell {cid!r} has status {status!r}; only completed or interrupted cells "
@@ -79,6 +88,15 @@ def _select_cells(manifest: dict[str, Any], cells: list[str] | None) -> list[dic
             )
         chosen.append(by_id[cid])
     return chosen
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """What an analysis wrote: a summary per analysed cell and fault metrics by cell id."""
+
+    summaries: list[CellSummary]
+    faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``faults.json`` of the analysed cells that injected faults (docs/results.md)."""
 
 
 def analyze_run(
@@ -91,53 +109,109 @@ def analyze_run(
     spark: Any | None = None,
     chunk_records: int = DEFAULT_CHUNK_RECORDS,
     approx: bool = False,
+    on_progress: ProgressFn | None = None,
 ) -> list[CellSummary]:
-    """Analyse the completed/interrupted cells of a run and write their summaries.
+    """The summaries of :func:`analyze_results` (which see)."""
+    return analyze_results(
+        result_dir,
+        master,
+        conf,
+        cells,
+        engine=engine,
+        spark=spark,
+        chunk_records=chunk_records,
+        approx=approx,
+        on_progress=on_progress,
+    ).summaries
 
-    Writes ``cells/<id>/summary.json`` for every analysed cell and ``summary.parquet`` with
-    one row per cell that has a summary. ``cells`` restricts the analysis to those ids.
-    ``engine="numpy"`` uses the single-process reference instead of Spark. ``spark`` reuses
-    an existing session (it is then not stopped); otherwise one session is started for the
-    whole run with ``master`` (default ``local[*]``) and ``conf`` and stopped at the end.
-    ``approx=True`` computes latency percentiles from log-linear buckets (relative error
-    < 2**-7; docs/results.md) instead of exact 100-ns histograms. Also writes
-    ``summary_agg.parquet``: repeats of a cell as mean and 95 % confidence interval.
+
+def analyze_results(
+    result_dir: Path,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    cells: list[str] | None = None,
+    *,
+    engine: Literal["spark", "numpy"] = "spark",
+    spark: Any | None = None,
+    chunk_records: int = DEFAULT_CHUNK_RECORDS,
+    approx: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> RunAnalysis:
+    """Analyse the completed/interrupted cells of a run and write their results.
+
+    Writes ``cells/<id>/summary.json`` for every analysed cell, ``faults.json`` for those
+    that injected faults, and ``summary.parquet`` with one row per cell that has a summary.
+    ``cells`` restricts the analysis to those ids. ``engine="numpy"`` uses the
+    single-process reference instead of Spark. ``spark`` reuses an existing session (it is
+    then not stopped); otherwise one session is started for the whole run with ``master``
+    (default ``local[*]``) and ``conf`` and stopped at the end. ``approx=True`` computes
+    latency percentiles from log-linear buckets (relative error < 2**-7; docs/results.md)
+    instead of exact 100-ns histograms. Also writes ``summary_agg.parquet``: repeats of a
+    cell as mean and 95 % confidence interval. ``on_progress`` receives an
+    :class:`AnalysisProgress` at every step and about once a second in between.
     """
     result_dir = Path(result_dir)
-    manifest = read_manifest(result_dir)
-    chosen = _select_cells(manifest, cells)
-    plans: list[CellPlan] = []
-    for cell in chosen:
-        folder = result_dir / "cells" / str(cell.get("id"))
-        if not folder.is_dir():
-            raise AnalysisError(f"cell {cell.get('id')!r}: folder {folder} is missing")
-        plans.append(build_plan(cell, folder, APPROX_BITS if approx else None))
-    aggs: list[CellAggregate]
-    if engine == "numpy":
-        aggs = [aggregate_cell_numpy(plan) for plan in plans]
-    elif spark is not None:
-        aggs = _spark_aggregates(spark, plans, chunk_records)
-    else:
-        from mqbench.analysis.spark import spark_session
+    entries = manifest_cells(read_manifest(result_dir))
+    chosen = _select_cells(entries, cells)
+    progress = ProgressTracker(on_progress, len(chosen))
+    try:
+        plans: list[CellPlan] = []
+        for k, cell in enumerate(chosen, 1):
+            progress.step("planning", k, cell.id)
+            folder = result_dir / "cells" / cell.id
+            if not folder.is_dir():
+                raise AnalysisError(f"cell {cell.id!r}: folder {folder} is missing")
+            plans.append(build_plan(cell, folder, APPROX_BITS if approx else None))
+        aggs: list[CellAggregate]
+        if engine == "numpy":
+            aggs = []
+            for k, plan in enumerate(plans, 1):
+                progress.step("scanning", k, plan.cell_id)
+                aggs.append(aggregate_cell_numpy(plan))
+        elif spark is not None:
+            aggs = _spark_aggregates(spark, plans, chunk_records, progress)
+        else:
+            from mqbench.analysis.spark import spark_session
 
-        with spark_session(master, conf) as session:
-            aggs = _spark_aggregates(session, plans, chunk_records)
-    summaries = [build_summary(plan, agg) for plan, agg in zip(plans, aggs, strict=True)]
-    for plan, summary in zip(plans, summaries, strict=True):
-        write_summary_json(plan.folder, summary)
+            progress.step("starting Spark")
+            with spark_session(master, conf) as session:
+                aggs = _spark_aggregates(session, plans, chunk_records, progress)
+        summaries = []
+        for k, (plan, agg) in enumerate(zip(plans, aggs, strict=True), 1):
+            progress.step("summarising", k, plan.cell_id)
+            summary = build_summary(plan, agg)
+            write_summary_json(plan.folder, summary)
+            summaries.append(summary)
+        faults: dict[str, dict[str, Any]] = {}
+        for k, cell in enumerate(chosen, 1):
+            if cell.schedule is None or cell.window is None:
+                continue
+            progress.step("fault metrics", k, cell.id)
+            metrics = write_fault_metrics(cell, result_dir / "cells" / cell.id)
+            if metrics is not None:
+                faults[cell.id] = metrics
+    finally:
+        progress.close()
     fresh = {s.cell_id for s in summaries}
     everything = list(summaries)
-    for cell in manifest.get("cells") or []:
-        cid = str(cell.get("id"))
+    for entry in entries:
+        cid = entry.id
         path = result_dir / "cells" / cid / SUMMARY_JSON
         if cid not in fresh and path.exists():
             everything.append(read_summary_json(path))
     write_summary_parquet(result_dir, everything)
     write_summary_agg_parquet(result_dir, aggregate_repeats(everything))
-    return summaries
+    return RunAnalysis(summaries, faults)
 
 
-def _spark_aggregates(spark: Any, plans: list[CellPlan], chunk_records: int) -> list[CellAggregate]:
+def _spark_aggregates(
+    spark: Any, plans: list[CellPlan], chunk_records: int, progress: ProgressTracker
+) -> list[CellAggregate]:
     from mqbench.analysis.cell import aggregate_cells_spark
 
-    return aggregate_cells_spark(spark, plans, chunk_records)
+    progress.step("scanning")
+    progress.watch_spark(spark)
+    try:
+        return aggregate_cells_spark(spark, plans, chunk_records)
+    finally:
+        progress.watch_spark(None)

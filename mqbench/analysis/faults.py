@@ -1,4 +1,4 @@
-"""Fault metrics of a cell (issue: fault injection), computed with numpy from records + events.
+"""Fault metrics of a cell (docs/faults.md), computed with numpy from records + events.
 
 Fault runs are small (tens of pairs at paper rates), so this runs in one process beside the
 Spark summary and writes ``cells/<id>/faults.json``:
@@ -21,46 +21,34 @@ Spark summary and writes ``cells/<id>/faults.json``:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mqbench.analysis.plan import manifest_cell
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
+from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import LAT_UNIT_NS, RECORD_DTYPE, RECORD_SIZE
 from mqbench.records.schedule import intended_ns_array
 
 FAULTS_JSON = "faults.json"
 
 
-def read_events(folder: Path) -> list[dict[str, Any]]:
-    """All events of a cell (an empty list when there is no events file)."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return []
-    events = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise AnalysisError(f"{path}:{n}: not a JSON line") from None
-    return events
-
-
-def fault_windows(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+def fault_windows(events: list[Event]) -> list[tuple[int, int]]:
     """``(inject_ns, recover_ns)`` pairs in order; an unrecovered fault ends at the last event."""
     windows: list[tuple[int, int]] = []
     open_at: int | None = None
     for event in events:
-        if event["kind"] == "fault_injected" and open_at is None:
-            open_at = int(event["t_ns"])
-        elif event["kind"] == "fault_recovered" and open_at is not None:
-            windows.append((open_at, int(event["t_ns"])))
+        if event.kind is EventKind.FAULT_INJECTED and open_at is None:
+            open_at = event.t_ns
+        elif event.kind is EventKind.FAULT_RECOVERED and open_at is not None:
+            windows.append((open_at, event.t_ns))
             open_at = None
     if open_at is not None and events:
-        windows.append((open_at, int(events[-1]["t_ns"])))
+        windows.append((open_at, events[-1].t_ns))
     return windows
 
 
@@ -100,22 +88,23 @@ def _inside(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
     return mask
 
 
-def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+def fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
     """Metrics of a fault run, or None when the cell injected no faults."""
     events = read_events(folder)
     windows = fault_windows(events)
-    if not windows and not any(e["kind"] == "client_reconnected" for e in events):
+    reconnects = [e.details for e in events if e.kind is EventKind.CLIENT_RECONNECTED]
+    if not windows and not reconnects:
         return None
-    schedule = cell["schedule"]
-    window = cell["window"]
-    w_start, w_end = int(window["start_ns"]), int(window["end_ns"])
+    entry = manifest_cell(cell)
+    schedule, window = entry.schedule, entry.window
+    if schedule is None or window is None:
+        raise AnalysisError(
+            f"cell {entry.id}: fault metrics need the manifest's schedule and window"
+        )
+    w_start, w_end = window.start_ns, window.end_ns
     deliveries = _load(folder, "deliveries")
     intended = intended_ns_array(
-        int(schedule["start_ns"]),
-        float(schedule["rate"]),
-        int(schedule["publishers"]),
-        deliveries["pub"],
-        deliveries["seq"],
+        schedule.start_ns, schedule.rate, schedule.publishers, deliveries["pub"], deliveries["seq"]
     )
     t_recv = deliveries["t_sent"] + deliveries["lat"].astype(np.int64) * LAT_UNIT_NS
     latency_us = (t_recv - intended) / 1000.0
@@ -124,7 +113,10 @@ def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     clipped = [(max(a, w_start), min(b, w_end)) for a, b in windows]
     downtime = sum(max(0, b - a) for a, b in clipped)
     affected_subs = {
-        int(s) for e in events if e["kind"] == "fault_injected" for s in e.get("subscribers", [])
+        int(s)
+        for e in events
+        if e.kind is EventKind.FAULT_INJECTED
+        for s in e.details.get("subscribers", [])
     }
     recoveries = []
     for start, end in windows:
@@ -150,12 +142,8 @@ def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
         | deliveries["sub"].astype(np.uint64)
     )
     duplicates = int(keys[measured].size - np.unique(keys[measured]).size)
-    outages = np.array([float(e["outage_ms"]) for e in events if e["kind"] == "client_reconnected"])
-    sub_outage_s = sum(
-        float(e["outage_ms"]) / 1000
-        for e in events
-        if e["kind"] == "client_reconnected" and e.get("role") == "sub"
-    )
+    outages = np.array([float(e["outage_ms"]) for e in reconnects])
+    sub_outage_s = sum(float(e["outage_ms"]) / 1000 for e in reconnects if e.get("role") == "sub")
     window_s = (w_end - w_start) / 1e9
     return {
         "faults": len(windows),
@@ -176,7 +164,7 @@ def fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     }
 
 
-def write_fault_metrics(cell: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+def write_fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
     """Compute and write ``faults.json`` (nothing when the cell had no faults)."""
     metrics = fault_metrics(cell, folder)
     if metrics is not None:

@@ -60,7 +60,7 @@ def load_run(result_dir: Path, analyse_missing: bool = True) -> LoadedRun:
         str(c.get("id")): c
         for c in manifest.get("cells") or []
         if isinstance(c, dict) and is_analysable(c)
-    }
+    }  # as stored: the report builds plans from them (build_plan reads either form)
     if not entries:
         raise AnalysisError(f"{path}: no completed or interrupted cells")
     missing = [cid for cid in entries if not (path / "cells" / cid / SUMMARY_JSON).exists()]

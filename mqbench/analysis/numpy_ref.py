@@ -7,6 +7,7 @@ partials, so it cross-checks the Spark engine and serves as the single-process b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from mqbench.analysis.aggregate import CellAggregate, series_length
 from mqbench.analysis.kernel import Hist, approx_decode, approx_encode, empty_hist, route_slots
 from mqbench.analysis.plan import CellPlan, build_plan
 from mqbench.analysis.summary import CellSummary, build_summary
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
 from mqbench.records.schedule import intended_ns_array
 
@@ -109,7 +111,7 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
 
 
 def analyze_cell_numpy(
-    cell: dict[str, Any], folder: Path, approx_bits: int | None = None
+    cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
 ) -> CellSummary:
     """Summary of one manifest cell computed in this process with numpy (no Spark)."""
     plan = build_plan(cell, folder, approx_bits)

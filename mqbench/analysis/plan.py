@@ -6,8 +6,8 @@ It is small and picklable, so Spark tasks receive it in their closure.
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,14 @@ from typing import Any
 import numpy as np
 
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import (
+    BrokerExitEntry,
+    CellEntry,
+    CellEntryError,
+    GeneratorVerdict,
+    as_cell_entry,
+)
+from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 from mqbench.records.integrity import RecordFileCheck, check_record_file
 from mqbench.records.schedule import intended_ns
@@ -62,11 +70,11 @@ class CellPlan:
     k_hi: int  # first slot at or after the window end
     delivery_files: list[str] = field(default_factory=list)
     send_files: list[str] = field(default_factory=list)
-    generator: dict[str, Any] = field(default_factory=dict)
+    generator: GeneratorVerdict = field(default_factory=GeneratorVerdict)
     window_source: str = "manifest"
     approx_bits: int | None = None  # None: exact histograms; else see kernel.approx_encode
     record_checks: list[RecordFileCheck] = field(default_factory=list)
-    broker_exit: dict[str, Any] | None = None
+    broker_exit: BrokerExitEntry | None = None
     send_failures_expected: bool = False
     """Sends fail by design in this cell (faults on publishers, publisher churn)."""
     clipped_for_records: bool = False
@@ -128,25 +136,13 @@ def _first_slot_at_or_after(start_ns: int, rate: float, n: int, t_ns: int) -> in
     return lo
 
 
-def _routes(cell: dict[str, Any], n_pubs: int) -> list[tuple[str, int, int, int, int]]:
+def _routes(cell: CellEntry, n_pubs: int) -> list[tuple[str, int, int, int, int]]:
     out: list[tuple[str, int, int, int, int]] = []
-    for route in cell.get("routes") or []:
-        kind = route.get("kind")
-        try:
-            a, b = (int(x) for x in route["pubs"])
-            c, d = (int(x) for x in route["subs"])
-        except (KeyError, TypeError, ValueError):
-            raise AnalysisError(f"cell {cell.get('id')}: malformed route {route!r}") from None
-        if kind not in ("pairs", "all"):
-            raise AnalysisError(f"cell {cell.get('id')}: unknown route kind {kind!r}")
-        if kind == "pairs" and b - a != d - c:
-            raise AnalysisError(
-                f"cell {cell.get('id')}: 'pairs' route with {b - a} publishers and "
-                f"{d - c} subscribers"
-            )
+    for route in cell.routes or ():
+        (a, b), (c, d) = route.pubs, route.subs
         if a < 0 or b > n_pubs or a > b or c < 0 or c > d:
-            raise AnalysisError(f"cell {cell.get('id')}: route {route!r} out of range")
-        out.append((kind, a, b, c, d))
+            raise AnalysisError(f"cell {cell.id}: route {route.to_dict()!r} out of range")
+        out.append((route.kind, a, b, c, d))
     return out
 
 
@@ -155,45 +151,16 @@ def _record_files(folder: Path, prefix: str) -> list[RecordFileCheck]:
     return [check_record_file(p) for p in sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))]
 
 
-def _stop_time(folder: Path) -> int | None:
+def _stop_time(events: list[Event]) -> int | None:
     """When recording stopped in an interrupted cell: the `interrupted` event, else the last."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return None
-    last: int | None = None
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-                t = int(event["t_ns"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line of an interrupted run
-            if event.get("kind") == "interrupted":
-                return t
-            last = t if last is None else max(last, t)
-    return last
-
-
-def read_events(folder: Path) -> list[dict[str, Any]]:
-    """The parseable events of ``events.jsonl`` (a torn last line is skipped); [] if none."""
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return []
-    out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-                int(event["t_ns"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(event, dict):
-                out.append(event)
-    return out
+    for event in events:
+        if event.kind is EventKind.INTERRUPTED:
+            return event.t_ns
+    return max((e.t_ns for e in events), default=None)
 
 
 def window_from_events(
-    cid: str, events: list[dict[str, Any]], start_ns: int, params: dict[str, Any]
+    cid: str, events: list[Event], start_ns: int, params: dict[str, Any]
 ) -> tuple[int, int]:
     """The measured window ``[start, end)`` of a cell whose manifest has none.
 
@@ -203,25 +170,27 @@ def window_from_events(
     else the ``publishing_stopped`` event. AnalysisError when neither can be found.
     """
 
-    def last(kind: str, key: str = "t_ns") -> int | None:
-        times = [int(e.get(key) or e["t_ns"]) for e in events if e.get("kind") == kind]
+    def last(kind: EventKind, key: str | None = None) -> int | None:
+        times = [
+            int(e.details.get(key) or e.t_ns) if key else e.t_ns for e in events if e.kind is kind
+        ]
         return max(times) if times else None
 
     warmup_ns = int(float(params.get("warmup_s") or 0.0) * 1e9)
-    start = last("window_start")
+    start = last(EventKind.WINDOW_START)
     if start is None:
-        connected = last("clients_connected", "connected_ns")
+        connected = last(EventKind.CLIENTS_CONNECTED, "connected_ns")
         if connected is None:
             raise AnalysisError(
                 f"cell {cid}: the manifest has no window and events.jsonl has no "
                 "window_start or clients_connected event"
             )
         start = max(connected, start_ns + warmup_ns)
-    end = last("window_end")
+    end = last(EventKind.WINDOW_END)
     if end is None and params.get("duration_s") is not None:
         end = start_ns + warmup_ns + int(float(params["duration_s"]) * 1e9)
     if end is None:
-        end = last("publishing_stopped")
+        end = last(EventKind.PUBLISHING_STOPPED)
     if end is None:
         raise AnalysisError(
             f"cell {cid}: the manifest has no window and neither params.duration_s nor a "
@@ -230,42 +199,50 @@ def window_from_events(
     return start, max(start, end)
 
 
-def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = None) -> CellPlan:
+def manifest_cell(cell: CellEntry | Mapping[str, Any]) -> CellEntry:
+    """A manifest cell entry read through ``records`` (AnalysisError when malformed)."""
+    try:
+        return as_cell_entry(cell)
+    except CellEntryError as exc:
+        raise AnalysisError(str(exc)) from None
+
+
+def build_plan(
+    cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
+) -> CellPlan:
     """Build the plan of one manifest cell (checks record files; raises AnalysisError).
 
     The manifest's ``window`` is authoritative; without one, the window is derived from
     ``events.jsonl`` (:func:`window_from_events`). ``approx_bits`` asks for approximate
     histograms (see :func:`mqbench.analysis.kernel.approx_encode`).
     """
-    cid = str(cell.get("id"))
-    params = dict(cell.get("params") or {})
-    try:
-        sched = cell["schedule"]
-        start_ns = int(sched["start_ns"])
-        rate = float(sched["rate"])
-        n = int(sched["publishers"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AnalysisError(f"cell {cid}: manifest entry lacks schedule ({exc})") from None
-    window = cell.get("window")
+    entry = manifest_cell(cell)
+    cid = entry.id
+    params = dict(entry.params)
+    sched = entry.schedule
+    if sched is None:
+        raise AnalysisError(f"cell {cid}: manifest entry lacks schedule ('schedule')")
+    start_ns, rate, n = sched.start_ns, sched.rate, sched.publishers
     source = "manifest"
-    try:
-        if isinstance(window, dict) and window.get("start_ns") is not None:
-            win_start = int(window["start_ns"])
-            win_end = int(window["end_ns"])
-        else:
-            source = "events"
+    if entry.window is not None:
+        win_start, win_end = entry.window.start_ns, entry.window.end_ns
+    else:
+        source = "events"
+        try:
             win_start, win_end = window_from_events(cid, read_events(folder), start_ns, params)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AnalysisError(f"cell {cid}: malformed window ({exc})") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnalysisError(f"cell {cid}: malformed window ({exc})") from None
     if n <= 0 or rate <= 0:
         raise AnalysisError(f"cell {cid}: schedule needs publishers > 0 and rate > 0")
-    mpp_raw = sched.get("messages_per_publisher")
-    mpp = int(mpp_raw) if mpp_raw is not None else None
+    mpp = sched.messages_per_publisher
+    try:
+        drain_ns = int((entry.param_seconds("drain_s") or 0.0) * 1e9)
+    except CellEntryError as exc:
+        raise AnalysisError(str(exc)) from None
     clipped = False
-    if cell.get("status") == "interrupted":
-        stop = _stop_time(folder)
+    if entry.status == "interrupted":
+        stop = _stop_time(read_events(folder))
         if stop is not None:
-            drain_ns = int(float(params.get("drain_s") or 0.0) * 1e9)
             clip = stop - drain_ns
             if clip < win_end:
                 win_end = max(win_start, clip)
@@ -276,12 +253,11 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
     clipped_for_records = False
     unclosed = [c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns]
     if unclosed:
-        drain_ns = int(float(params.get("drain_s") or 0.0) * 1e9)
         clip = min(unclosed) - drain_ns
         if clip < win_end:
             win_end = max(win_start, clip)
             clipped = clipped_for_records = True
-    routes = _routes(cell, n)
+    routes = _routes(entry, n)
     fanout = np.zeros(n, dtype=np.int64)
     offsets = np.zeros((len(routes), n), dtype=np.int64)
     for r, (kind, a, b, c, d) in enumerate(routes):
@@ -290,12 +266,12 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
     f_max = int(fanout.max()) if n else 0
     k_lo = _first_slot_at_or_after(start_ns, rate, n, win_start)
     k_hi = max(k_lo, _first_slot_at_or_after(start_ns, rate, n, win_end))
-    offered = cell.get("offered_rate")
+    offered = entry.offered_rate
     return CellPlan(
         cell_id=cid,
-        index=int(cell.get("index", 0)),
-        repeat=int(cell.get("repeat", 0)),
-        status=str(cell.get("status")),
+        index=entry.index,
+        repeat=entry.repeat,
+        status=entry.status,
         params=params,
         folder=folder,
         start_ns=start_ns,
@@ -305,7 +281,7 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
         win_start=win_start,
         win_end=win_end,
         window_clipped=clipped,
-        offered_rate=float(offered) if offered is not None else rate * n,
+        offered_rate=offered if offered is not None else rate * n,
         routes=routes,
         fanout=fanout,
         route_offset=offsets,
@@ -314,12 +290,12 @@ def build_plan(cell: dict[str, Any], folder: Path, approx_bits: int | None = Non
         k_hi=k_hi,
         delivery_files=[c.path for c in checks if Path(c.path).name.startswith("deliveries-")],
         send_files=[c.path for c in checks if Path(c.path).name.startswith("sends-")],
-        generator=dict(cell.get("generator") or {}),
+        generator=entry.generator or GeneratorVerdict(),
         window_source=source,
         approx_bits=approx_bits,
         record_checks=checks,
-        broker_exit=cell.get("broker_exit") if isinstance(cell.get("broker_exit"), dict) else None,
-        send_failures_expected=bool(cell.get("send_failures_expected")),
+        broker_exit=entry.broker_exit,
+        send_failures_expected=bool(entry.send_failures_expected),
         clipped_for_records=clipped_for_records,
     )
 

@@ -33,6 +33,8 @@ from mqbench.analysis.verdict import (
     unsent_reason,
 )
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import GeneratorVerdict
+from mqbench.records.worker_stats import WorkerStats
 
 SUMMARY_SCHEMA_VERSION: Final = 3
 READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3)
@@ -236,25 +238,22 @@ DEFAULT_LATE_THRESHOLD_MS: Final = 5.0
 
 
 def generator_reasons(
-    generator: dict[str, Any], scheduled: int, handed_out: int, send_lag: LatencyStats | None
+    generator: GeneratorVerdict, scheduled: int, handed_out: int, send_lag: LatencyStats | None
 ) -> list[str]:
     """Why the generator, not the broker, limited the cell (empty when it did not).
 
     Combines what the workers observed (manifest ``generator.reasons``) with what the
     records show exactly: sends handed out vs scheduled in the window, and send-lag p99.
     """
-    reasons = [str(r) for r in generator.get("reasons") or []]
-    legacy = generator.get("reason") or generator.get("saturation_reason")
-    if legacy and not reasons:
-        reasons.append(str(legacy))
-    if generator.get("saturated") and not reasons:
+    reasons = list(generator.reasons)
+    if generator.saturated and not reasons:
         reasons.append("marked saturated by the generator")
     if scheduled and handed_out / scheduled < MIN_ACHIEVED_FRACTION:
         reasons.append(
             f"handed out {handed_out} of {scheduled} scheduled sends "
             f"({100 * handed_out / scheduled:.1f}%)"
         )
-    threshold_ms = float(generator.get("late_threshold_ms") or DEFAULT_LATE_THRESHOLD_MS)
+    threshold_ms = generator.late_threshold_ms or DEFAULT_LATE_THRESHOLD_MS
     if send_lag is not None and send_lag.p99_us / 1000 > threshold_ms:
         reasons.append(f"send lag p99 {send_lag.p99_us / 1000:.1f} ms > {threshold_ms:g} ms")
     return reasons
@@ -264,7 +263,7 @@ def cell_invalid_reasons(
     plan: CellPlan, agg: CellAggregate, generator: list[str], unsent: int
 ) -> list[InvalidReason]:
     """Every reason the cell's numbers cannot be trusted (docs/results.md, "Validity")."""
-    refused = sum(int(w.get("send_refused") or 0) for w in plan.generator.get("workers") or [])
+    refused = WorkerStats.total(plan.generator.workers).send_refused
     return [
         *generator_reason(generator),
         *broker_exit_reason(plan.broker_exit, plan.win_start),

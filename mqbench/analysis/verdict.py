@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from mqbench.records.cell_entry import BrokerExitEntry
 from mqbench.records.integrity import RecordFileCheck
 
 MAX_UNSENT_FRACTION: Final = 0.001
@@ -57,22 +58,20 @@ def generator_reason(reasons: list[str]) -> list[InvalidReason]:
 
 
 def broker_exit_reason(
-    broker_exit: dict[str, Any] | None, window_start_ns: int
+    broker_exit: BrokerExitEntry | None, window_start_ns: int
 ) -> list[InvalidReason]:
     """A reason when the manifest cell records a ``broker_exit``."""
-    if not broker_exit:
+    if broker_exit is None:
         return []
-    what = str(broker_exit.get("reason") or "exited")
-    code = broker_exit.get("exit_code")
-    t_ns = broker_exit.get("t_ns")
+    what = broker_exit.reason or "exited"
     when = ""
-    if isinstance(t_ns, int):
-        offset = (t_ns - window_start_ns) / 1e9
+    if broker_exit.t_ns is not None:
+        offset = (broker_exit.t_ns - window_start_ns) / 1e9
         when = f" {offset:+.1f} s from the window start"
     return [
         InvalidReason(
             InvalidKind.BROKER_EXITED,
-            f"the broker (pid {broker_exit.get('pid')}) {what} (exit code {code}){when}",
+            f"the broker (pid {broker_exit.pid}) {what} (exit code {broker_exit.exit_code}){when}",
         )
     ]
 

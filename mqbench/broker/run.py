@@ -62,3 +62,22 @@ def configure_logging(level: str = "info") -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(message)s",
     )
+
+
+def serve_until_stopped(
+    config: BrokerConfig, log_level: str, on_ready: Callable[[str], None]
+) -> None:
+    """``mqbench broker serve``: check ``config``, log to stderr at ``log_level``, serve
+    until SIGINT/SIGTERM. ``on_ready`` gets one line saying where the broker listens."""
+    config.validate()
+    configure_logging(log_level)
+    loop_name = "uvloop" if config.uvloop and uvloop_available() else "asyncio"
+
+    def ready(broker: Broker) -> None:
+        on_ready(
+            f"mqbench broker listening on {config.host}:{broker.port} "
+            f"(persistence {config.persistence}, app queue {config.app_queue}, "
+            f"loop {loop_name})"
+        )
+
+    run_async(lambda: serve(config, ready), config.uvloop)

@@ -7,6 +7,7 @@ processes to sample, what to write into the manifest, and how to stop it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -78,7 +79,7 @@ class StartRequest:
     startup_timeout_s: float = 60.0
     outlive_mqbench: bool = False
     """Keep the broker running after mqbench exits (``mqbench brokers up``); otherwise it
-    dies with mqbench (``mqbench/lifeline.py``)."""
+    dies with mqbench (``mqbench/process/lifeline.py``)."""
 
 
 class Runtime(Protocol):
@@ -88,6 +89,11 @@ class Runtime(Protocol):
 
     def availability(self, target: str) -> Availability:
         """Can this runtime run ``target`` here? The reason says how to fix it when not."""
+        ...
+
+    def check_options(self, target: str, options: Mapping[str, Any]) -> None:
+        """Raise ``BrokerError`` for a broker option this runtime or broker does not know
+        (the pre-flight asks before anything starts; ``start`` refuses the same)."""
         ...
 
     def start(self, request: StartRequest) -> RunningBroker:

@@ -419,18 +419,22 @@ class DockerRuntime:
             return Availability(False, problem)
         return Availability(True)
 
+    def check_options(self, target: str, options: Mapping[str, Any]) -> None:
+        """Only the docker runtime's own options (``KNOWN_OPTIONS``)."""
+        unknown = sorted(set(options) - KNOWN_OPTIONS)
+        if unknown:
+            raise BrokerError(
+                f"unknown docker runtime option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
+            )
+
     def start(self, request: StartRequest) -> DockerBroker:
         """Start the target's compose project and return once it is healthy."""
         availability = self.availability(request.target)
         if not availability.available:
             raise BrokerError(f"{request.target}: {availability.reason}")
         ct = compose_target(request.target)
-        unknown = sorted(set(request.options) - KNOWN_OPTIONS)
-        if unknown:
-            raise BrokerError(
-                f"unknown docker runtime option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
-            )
+        self.check_options(request.target, request.options)
         opts = request.options
         profile = get_profile(opts.get("resources") or opts.get("profile"))
         credentials = _credentials(opts.get("tbmq_credentials"), request.target)

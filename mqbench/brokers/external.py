@@ -8,6 +8,7 @@ manifest). mqbench never stops an external broker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -64,15 +65,19 @@ class ExternalRuntime:
         get_target(target)
         return Availability(True)
 
-    def start(self, request: StartRequest) -> ExternalBroker:
-        """Check that the broker accepts TCP connections within ``startup_timeout_s``."""
-        target = get_target(request.target)
-        unknown = sorted(set(request.options) - KNOWN_OPTIONS)
+    def check_options(self, target: str, options: Mapping[str, Any]) -> None:
+        """Only the external runtime's own options (``KNOWN_OPTIONS``)."""
+        unknown = sorted(set(options) - KNOWN_OPTIONS)
         if unknown:
             raise BrokerError(
                 f"unknown external runtime option(s) {', '.join(unknown)} "
                 f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
             )
+
+    def start(self, request: StartRequest) -> ExternalBroker:
+        """Check that the broker accepts TCP connections within ``startup_timeout_s``."""
+        target = get_target(request.target)
+        self.check_options(request.target, request.options)
         host = str(request.options.get("host", request.host))
         port = int(request.options.get("port", request.port or target.default_port))
         raw_pid = request.options.get("pid")

@@ -24,15 +24,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench import interrupts, lifeline
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
-from mqbench.brokers.native_profiles import NativeLimiter
+from mqbench.brokers.native_profiles import NativeLimiter, split_profile
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.specs import native_specs
 from mqbench.brokers.specs.base import NativeSpec
 from mqbench.brokers.targets import Target, get_target
 from mqbench.errors import BrokerError
+from mqbench.process import interrupts, lifeline
 from mqbench.transports.base import Endpoint
 
 STOP_GRACE_S = 10.0
@@ -254,6 +254,11 @@ class NativeRuntime:
         if spec.find_binary() is None:
             return Availability(False, self._missing_binary_reason(spec))
         return Availability(True)
+
+    def check_options(self, target: str, options: Mapping[str, Any]) -> None:
+        """The broker's own options (a resources profile is the runtime's, not the broker's)."""
+        _, rest = split_profile(options)
+        self.spec_for(target).check_options(rest)
 
     @staticmethod
     def _missing_binary_reason(spec: NativeSpec) -> str:

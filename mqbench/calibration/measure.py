@@ -13,6 +13,7 @@ from mqbench.analysis.api import analyze_run
 from mqbench.analysis.summary import CellSummary
 from mqbench.calibration.model import CellFigures
 from mqbench.errors import MqbenchError
+from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.run import SilentReporter, run_scenario
@@ -93,14 +94,10 @@ class _Reporter(SilentReporter):
             self._on_phase(text)
 
 
-def figures_from(summary: CellSummary, cell: dict[str, Any], request: CellRequest) -> CellFigures:
+def figures_from(summary: CellSummary, cell: CellEntry, request: CellRequest) -> CellFigures:
     """The figures calibration keeps from a cell's summary and manifest entry."""
-    workers = (cell.get("generator") or {}).get("workers") or []
-    fractions = [
-        float(w["publish_cpu_fraction"])
-        for w in workers
-        if w.get("publish_cpu_fraction") is not None
-    ]
+    workers = cell.generator.workers if cell.generator is not None else ()
+    fractions = [w.publish_cpu_fraction for w in workers if w.publish_cpu_fraction is not None]
     lat, sent_lat, lag = summary.latency, summary.latency_from_send, summary.send_lag
     return CellFigures(
         offered_msg_s=summary.offered_rate or request.pairs * request.rate_per_publisher,
@@ -144,9 +141,10 @@ def run_cell(
         reporter=_Reporter(on_phase),
     )
     (cell,) = result.cells
-    version = (cell.get("broker") or {}).get("version")
-    if cell["status"] != "completed":
-        return CellOutcome(None, str(cell.get("error") or cell["status"]), version)
+    raw_version = (cell.broker or {}).get("version")
+    version = None if raw_version is None else str(raw_version)
+    if cell.status != "completed":
+        return CellOutcome(None, cell.error or cell.status, version)
     try:
         (summary,) = analyze_run(result.result_dir, engine="numpy")
     except MqbenchError as exc:

@@ -10,11 +10,12 @@ cells with another client are not checked.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from mqbench.brokers.targets import get_target
-from mqbench.calibration.store import LoadedCalibration
+from mqbench.calibration.store import LoadedCalibration, default_path, load
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
@@ -144,3 +145,9 @@ def check_cells(
                 )
             )
     return CalibrationCheck(loaded, warnings, {"ceilings": ceilings, "floors": floors})
+
+
+def check_run(scenario: Scenario, cells: list[Cell]) -> CalibrationCheck:
+    """The calibration ``run`` finds (docs/calibration.md, "What `run` does with it")
+    checked against ``cells`` on this machine."""
+    return check_cells(scenario, cells, load(default_path()), os.cpu_count() or 1)

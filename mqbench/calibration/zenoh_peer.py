@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions, Endpoint, TransportCapabilities
 from mqbench.transports.zenoh import ZenohClient
 
 CLIENT: str = "mqbench.calibration.zenoh_peer:ZenohPeerTransport"
@@ -56,6 +56,9 @@ class ZenohPeerTransport:
     name = "zenoh"
     protocol = "zenoh"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> ZenohClient:
         """A new, unconnected peer-mode ``ZenohClient`` whose discovery peer is ``endpoint``."""

@@ -22,6 +22,7 @@ from mqbench.errors import UsageError
 
 if TYPE_CHECKING:
     from mqbench.calibration.use import CalibrationCheck
+    from mqbench.workload.outline import RunOutline
 
 # Piped output (CI logs, files) gets a wide console so tables are not squeezed to 80 columns.
 console = Console(
@@ -45,6 +46,29 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"mqbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the mqbench version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Honest, reproducible message-broker benchmarks."""
+
+
 scenario_app = typer.Typer(help="Work with scenario files.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 app.add_typer(brokers_app, name="brokers")
@@ -94,6 +118,7 @@ def run(
     """
 
     def go() -> None:
+        from mqbench.calibration.use import check_run
         from mqbench.scenario.loader import load_scenario
         from mqbench.scenario.matrix import expand
 
@@ -107,12 +132,13 @@ def run(
                     f"--only {sorted(unknown)[0]!r}: no such cell (see the ids with --dry-run)"
                 )
         chosen = [c for c in cells if not selected or c.id in selected]
-        check = _check_calibration(scenario, chosen)
+        check = check_run(scenario, chosen)
         if dry_run:
-            from mqbench.workload.run import check_load
+            from mqbench.workload.outline import outline
+            from mqbench.workload.preflight import preflight
 
-            check_load(scenario, chosen)
-            _print_cells(scenario, chosen, out)
+            preflight(scenario, chosen, out)
+            _print_outline(scenario, outline(scenario, chosen, out))
             _print_calibration_notes(check)
             return
         _print_calibration_notes(check)
@@ -121,31 +147,16 @@ def run(
     guarded(go)
 
 
-def _check_calibration(scenario: Any, cells: list[Any]) -> CalibrationCheck:
-    """The calibration ``run`` finds (docs/calibration.md) checked against ``cells``."""
-    from mqbench.calibration.store import default_path, load
-    from mqbench.calibration.use import check_cells
-
-    return check_cells(scenario, cells, load(default_path()), os.cpu_count() or 1)
-
-
 def _print_calibration_notes(check: CalibrationCheck) -> None:
     """One line per cell above its client's calibrated ceiling (and a stale calibration)."""
     for line in check.notes():
         console.print(Text.assemble(("warning: ", "yellow"), line))
 
 
-def _print_cells(scenario: Any, cells: list[Any], out: Path) -> None:
-    from mqbench.workload.capacity import (
-        RESERVE_BYTES,
-        free_bytes,
-        human_bytes,
-        record_bytes,
-        result_bytes,
-    )
-    from mqbench.workload.plan import process_count, resolve_layout, worker_count
+def _print_outline(scenario: Any, plan: RunOutline) -> None:
+    from mqbench.workload.capacity import human_bytes
 
-    table = Table(title=f"{scenario.name}: {len(cells)} cell(s)", title_justify="left")
+    table = Table(title=f"{scenario.name}: {len(plan.cells)} cell(s)", title_justify="left")
     columns = (
         "cell",
         "topology",
@@ -162,13 +173,8 @@ def _print_cells(scenario: Any, cells: list[Any], out: Path) -> None:
     )
     for column in columns:
         table.add_column(column, justify="left" if column in ("cell", "topology") else "right")
-    total_s = 0.0
-    for c in cells:
-        workers = worker_count(scenario.generator.workers, c.connections, os.cpu_count() or 1)
-        layout = resolve_layout(scenario.generator.layout, c)
-        workers = process_count(layout, workers, c.publishers, c.subscribers)
-        seconds = c.warmup_s + c.duration_s + c.drain_s
-        total_s += seconds
+    for row in plan.cells:
+        c = row.cell
         table.add_row(
             c.id,
             f"{c.topology} {c.size_label}",
@@ -179,21 +185,19 @@ def _print_cells(scenario: Any, cells: list[Any], out: Path) -> None:
             f"{c.expected_delivery_rate:,.0f}",
             f"{c.offered_bytes_per_s / 1e6:,.2f}",
             f"{c.connections:,}",
-            f"{workers} {layout}",
+            f"{row.workers} {row.layout}",
             f"{c.warmup_s:g}+{c.duration_s:g}s",
-            human_bytes(record_bytes(c)),
+            human_bytes(row.record_bytes),
         )
     console.print(table)
-    note = f"load time at least {total_s:.0f} s (plus broker start-up and analysis)"
+    note = f"load time at least {plan.load_s:.0f} s (plus broker start-up and analysis)"
     if scenario.search is not None:
         note += f"; search over {scenario.search.axis} stops early at the first failing step"
     console.print(note)
-    where, free = free_bytes(out)
-    need = result_bytes(cells) + RESERVE_BYTES
-    verdict = "fits" if need <= free else "[bold red]does not fit[/]: `run` will refuse"
+    verdict = "fits" if plan.fits else "[bold red]does not fit[/]: `run` will refuse"
     console.print(
-        f"results: about {human_bytes(need)} (records 24 B x (sends + deliveries + acks)); "
-        f"{where} has {human_bytes(free)} free: {verdict}"
+        f"results: about {human_bytes(plan.result_bytes)} (records 24 B x (sends + "
+        f"deliveries + acks)); {plan.disk} has {human_bytes(plan.free_bytes)} free: {verdict}"
     )
 
 
@@ -207,6 +211,7 @@ def _run(
     master: str | None,
     check: CalibrationCheck,
 ) -> None:
+    from mqbench.analysis.numpy_ref import analyze_cell_numpy
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
     from mqbench.workload.run import run_scenario
@@ -220,46 +225,30 @@ def _run(
         reporter=RichReporter(console),
         only=(lambda c: c.id in selected) if selected else None,
         manifest_extra={"calibration": check.manifest_record()},
+        evaluate=analyze_cell_numpy,
     )
-    if not no_analyze and any(c["status"] == "completed" for c in result.cells):
+    if not no_analyze and any(c.status == "completed" for c in result.cells):
         _analyze(result.result_dir, master, {})
     console.print(f"results: [bold]{result.result_dir}[/]")
-    from mqbench.errors import MqbenchError
-
-    if result.failed_cells:
-        first = result.failed_cells[0]
-        raise MqbenchError(
-            f"{len(result.failed_cells)} of {len(result.cells)} cell(s) failed; "
-            f"{first['id']}: {first['error']}"
-        )
-    if result.broker_exits:
-        first = result.broker_exits[0]
-        raise MqbenchError(
-            f"the broker died in {len(result.broker_exits)} of {len(result.cells)} cell(s); "
-            f"{first['id']}: {first['broker_exit'].get('reason', 'exited')} "
-            f"(exit code {first['broker_exit'].get('exit_code')}); results are marked invalid"
-        )
+    failure = result.failure()
+    if failure is not None:
+        raise failure
 
 
 def _analyze(
     result_dir: Path, master: str | None, conf: dict[str, str], approx: bool = False
 ) -> None:
-    from mqbench.analysis.api import analyze_run
-    from mqbench.analysis.faults import write_fault_metrics
+    from mqbench.analysis.api import analyze_results
+    from mqbench.cli.progress import AnalysisReporter
     from mqbench.cli.tables import fault_table, summary_table
-    from mqbench.records.results import read_manifest
 
-    console.print("analysing with Spark ...")
-    summaries = analyze_run(result_dir, master=master, conf=conf, approx=approx)
-    console.print(summary_table(summaries))
-    faults = {}
-    for cell in read_manifest(result_dir)["cells"]:
-        if cell.get("status") in ("completed", "interrupted") and cell.get("schedule"):
-            metrics = write_fault_metrics(cell, result_dir / "cells" / cell["id"])
-            if metrics is not None:
-                faults[cell["id"]] = metrics
-    if faults:
-        console.print(fault_table(faults))
+    with AnalysisReporter(console) as reporter:
+        analysis = analyze_results(
+            result_dir, master=master, conf=conf, approx=approx, on_progress=reporter.update
+        )
+    console.print(summary_table(analysis.summaries))
+    if analysis.faults:
+        console.print(fault_table(analysis.faults))
 
 
 @app.command()
@@ -288,19 +277,22 @@ def analyze(
 def scenario_validate(
     scenario_file: Annotated[Path, typer.Argument(metavar="FILE", help="Scenario YAML file.")],
     overrides: SetOption = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Root folder results would go to (disk space).")
+    ] = Path("results"),
 ) -> None:
-    """Check a scenario file (keys, values, targets, QoS) without running anything."""
+    """Check a scenario file without running anything: everything `run` checks before it
+    starts (keys, values, targets installed, broker options, QoS and other client
+    capabilities, topologies, load that fits the machine, disk space)."""
 
     def go() -> None:
         from mqbench.errors import ScenarioError
         from mqbench.scenario.loader import load_scenario
-        from mqbench.scenario.matrix import expand
-        from mqbench.workload.run import check_load
+        from mqbench.workload.preflight import preflight
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
-        cells = expand(scenario)
         try:
-            check_load(scenario, cells)
+            cells = preflight(scenario, out_root=out)
         except ScenarioError as exc:
             raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
@@ -313,24 +305,23 @@ def targets() -> None:
     """List every known target and which runtimes can run it on this machine."""
 
     def go() -> None:
-        from mqbench.brokers.runtimes import get_runtime
-        from mqbench.brokers.targets import get_target, target_names
+        from mqbench.brokers.availability import LISTED_RUNTIMES, target_availability
 
-        runtimes = [get_runtime(name) for name in ("native", "docker")]
+        rows = target_availability()
         table = Table(title="targets", title_justify="left")
-        for column in ("target", "protocol", "broker", *(r.name for r in runtimes)):
+        for column in ("target", "protocol", "broker", *LISTED_RUNTIMES):
             table.add_column(column)
-        reasons: dict[str, list[str]] = {r.name: [] for r in runtimes}
-        for target in (get_target(n) for n in target_names()):
+        reasons: dict[str, list[str]] = {name: [] for name in LISTED_RUNTIMES}
+        for row in rows:
             marks = []
-            for runtime in runtimes:
-                availability = runtime.availability(target.name)
+            for name in LISTED_RUNTIMES:
+                availability = row.runtimes[name]
                 if availability.available:
                     marks.append("[green]yes[/]")
                 else:
                     marks.append("[dim]no[/]")
-                    reasons[runtime.name].append(f"{target.name}: {availability.reason}")
-            table.add_row(target.name, target.transport, target.broker, *marks)
+                    reasons[name].append(f"{row.target.name}: {availability.reason}")
+            table.add_row(row.target.name, row.target.transport, row.target.broker, *marks)
         console.print(table)
         for runtime_name, lines in reasons.items():
             if not lines:

@@ -94,8 +94,7 @@ def serve(
 
     def go() -> None:
         from mqbench.broker.config import BrokerConfig
-        from mqbench.broker.run import configure_logging, run_async, uvloop_available
-        from mqbench.broker.run import serve as serve_broker
+        from mqbench.broker.run import serve_until_stopped
 
         config = BrokerConfig(
             host=host,
@@ -115,22 +114,7 @@ def serve(
             default_session_expiry_s=session_expiry,
             uvloop=not no_uvloop,
         )
-        config.validate()
-        configure_logging(log_level)
-        loop_name = "uvloop" if config.uvloop and uvloop_available() else "asyncio"
-
-        def ready(broker: object) -> None:
-            from mqbench.broker.server import Broker
-
-            assert isinstance(broker, Broker)
-            typer.echo(
-                f"mqbench broker listening on {config.host}:{broker.port} "
-                f"(persistence {config.persistence}, app queue {config.app_queue}, "
-                f"loop {loop_name})",
-                err=True,
-            )
-
-        run_async(lambda: serve_broker(config, ready), config.uvloop)
+        serve_until_stopped(config, log_level, lambda line: typer.echo(line, err=True))
 
     guarded(go)
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqbench.cli.errors import err_console, guarded
-from mqbench.errors import BrokerError, ResultsError, UsageError
+from mqbench.errors import BrokerError, UsageError
 
 if TYPE_CHECKING:
     from mqbench.calibration.model import Calibration, CellFigures
@@ -26,36 +26,6 @@ def _ms(value_us: float | None) -> str:
 
 def _cores(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
-
-
-def select_targets(requested: list[str]) -> list[str]:
-    """The broker targets to measure: the requested ones (each must run natively here) or,
-    with none requested, every target the native runtime can run; errors are one line."""
-    from mqbench.brokers.runtimes import get_runtime
-    from mqbench.brokers.targets import TARGETS, target_names
-
-    runtime = get_runtime("native")
-    for name in requested:
-        if name not in TARGETS:
-            raise UsageError(
-                f"--target {name!r}: unknown target (known: {', '.join(target_names())})"
-            )
-    if requested:
-        for name in requested:
-            availability = runtime.availability(name)
-            if not availability.available:
-                raise BrokerError(
-                    f"--target {name!r}: not installed for the native runtime "
-                    f"({availability.reason})"
-                )
-        return list(dict.fromkeys(requested))
-    available = [n for n in target_names() if runtime.availability(n).available]
-    if not available:
-        raise BrokerError(
-            "no broker is installed for the native runtime (see `mqbench targets`; "
-            "scripts/install.sh installs them)"
-        )
-    return available
 
 
 def latency_table(calibration: Calibration) -> Table:
@@ -182,10 +152,13 @@ def calibrate(
     """
 
     def go() -> None:
-        from mqbench.brokers.targets import get_target
-        from mqbench.calibration import store
-        from mqbench.calibration.relays import RELAY_PROTOCOLS
-        from mqbench.calibration.runner import CalibrationRequest, calibrate, default_settings
+        from mqbench.calibration.session import (
+            CalibrationOrder,
+            CalibrationPathError,
+            TargetNotInstalledError,
+            UnknownTargetError,
+            run_calibration,
+        )
         from mqbench.scenario.units import parse_duration
 
         if fmt not in FORMATS:
@@ -196,29 +169,23 @@ def calibrate(
             raise UsageError(f"--duration {duration!r}: {exc}") from None
         if seconds <= 0:
             raise UsageError(f"--duration {duration!r}: must be more than 0 s")
-        path = out if out is not None else store.default_path()
         try:
-            store.check_writable(path)
-        except ResultsError as exc:
+            outcome = run_calibration(
+                CalibrationOrder(target or [], seconds, out),
+                lambda line: err_console.print(line, markup=False),
+            )
+        except CalibrationPathError as exc:
             if out is not None:
                 raise UsageError(f"--out {out}: {exc}") from None
             raise
-        targets = select_targets(target or [])
-        protocols: list[str] = (
-            list(dict.fromkeys(get_target(t).transport for t in targets))
-            if target
-            else list(RELAY_PROTOCOLS)
-        )
-        older = store.load(path).usable
-        request = CalibrationRequest(
-            protocols=protocols, targets=targets, settings=default_settings(seconds)
-        )
-        err_console.print(
-            f"calibrating {', '.join(protocols)} (floor + ceiling) and {', '.join(targets)}"
-        )
-        calibration = calibrate(request, lambda line: err_console.print(line, markup=False))
-        calibration = calibration.merged_into(older)
-        store.save(calibration, path)
+        except UnknownTargetError as exc:
+            known = ", ".join(exc.known)
+            raise UsageError(f"--target {exc.target!r}: unknown target (known: {known})") from None
+        except TargetNotInstalledError as exc:
+            raise BrokerError(
+                f"--target {exc.target!r}: not installed for the native runtime ({exc.reason})"
+            ) from None
+        calibration = outcome.calibration
         if fmt == "json":
             sys.stdout.write(calibration.model_dump_json(indent=2) + "\n")
             sys.stdout.flush()
@@ -231,7 +198,7 @@ def calibrate(
             console.print(latency_table(calibration))
             console.print(ceiling_table(calibration))
         err_console.print(
-            f"saved {path}; load average at start {calibration.load_average} "
+            f"saved {outcome.path}; load average at start {calibration.load_average} "
             "(on a busy machine these figures are noisy: re-measure on a quiet one)"
         )
 

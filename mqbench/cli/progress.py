@@ -1,16 +1,19 @@
-"""Live run display: offered vs achieved send rate, receive rate, connections, time left."""
+"""Live displays: a running cell (time, sent vs offered, received, connections) and a
+running analysis (step, cell n of m, Spark tasks, elapsed)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from mqbench.analysis.progress import AnalysisProgress
 from mqbench.brokers.liveness import BrokerExit
+from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
 
@@ -26,19 +29,70 @@ def _rate(value: float) -> str:
 
 
 def progress_line(cell: Cell, p: Progress) -> Text:
-    """One status line for a running cell."""
-    remaining = max(0.0, p.total_s - p.elapsed_s)
+    """One status line for a running cell; every figure says what it is."""
     text = Text()
     text.append(f"{cell.id} ", style="bold")
     text.append(f"{p.phase:<10} ", style="cyan")
-    text.append(f"{p.elapsed_s:5.0f}/{p.total_s:.0f}s (-{remaining:.0f}s)  ")
-    text.append(f"send {_rate(p.send_rate)}/{_rate(p.offered_rate)} msg/s  ")
-    text.append(f"recv {_rate(p.receive_rate)} msg/s  ")
-    text.append(f"conn {p.connected}/{p.connections}  ")
-    text.append(f"sent {p.sent} recv {p.received}")
+    text.append(f"{p.elapsed_s:.0f}/{p.total_s:.0f} s ({p.warmup_s:g} s warm-up)  ")
+    text.append(f"sent {_rate(p.send_rate)} msg/s of {_rate(p.offered_rate)} offered  ")
+    received = f"received {_rate(p.receive_rate)} msg/s"
+    if p.expected_rate and abs(p.expected_rate - p.offered_rate) > 1e-9:
+        received += f" of {_rate(p.expected_rate)} expected"
+    text.append(f"{received}  ")
+    text.append(f"connected {p.connected:,}/{p.connections:,}  ")
+    text.append(f"so far {p.sent:,} sent, {p.received:,} received")
     if p.send_failed:
-        text.append(f"  failed {p.send_failed}", style="red")
+        text.append(f", {p.send_failed:,} sends failed", style="red")
     return text
+
+
+def analysis_line(p: AnalysisProgress) -> Text:
+    """One status line for a running analysis: the step, which cell of how many, time."""
+    text = Text("analysing ", style="bold")
+    text.append(f"{p.cells} cell(s): ")
+    text.append(p.phase, style="cyan")
+    if p.cell_id is not None:
+        text.append(f" cell {p.cell} of {p.cells} ({p.cell_id})")
+    if p.tasks is not None:
+        text.append(f", Spark tasks {p.tasks_done}/{p.tasks}")
+    text.append(f", {p.elapsed_s:.0f} s")
+    return text
+
+
+class AnalysisReporter:
+    """Shows an analysis's progress: a live line on a terminal, else a line every few
+    seconds and at every phase change. Use as a context manager around the analysis."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Live | None = None
+        self._lock = threading.Lock()
+        self._last_print = 0.0
+        self._last_phase: str | None = None
+
+    def __enter__(self) -> AnalysisReporter:
+        if self.console.is_terminal:
+            self._live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, progress: AnalysisProgress) -> None:
+        """Called by the analysis (also from its heartbeat thread)."""
+        line = analysis_line(progress)
+        with self._lock:
+            if self._live is not None:
+                self._live.update(line)
+                return
+            now = time.monotonic()
+            if progress.phase != self._last_phase or now - self._last_print >= NON_TTY_INTERVAL_S:
+                self._last_phase = progress.phase
+                self._last_print = now
+                self.console.print(line)
 
 
 class RichReporter:
@@ -67,9 +121,10 @@ class RichReporter:
         client = resolve_client(get_target(cell.target).transport, cell.client)
         self._cell_started = time.monotonic()
         self.console.print(
-            f"[bold]{cell.id}[/]: {cell.pairs} pairs x {cell.rate:g} msg/s = "
-            f"{cell.offered_rate:g} msg/s offered, {cell.payload_bytes} B, QoS {cell.qos}, "
-            f"{cell.warmup_s:g}s warm-up + {cell.duration_s:g}s, client {client}"
+            f"[bold]{cell.id}[/]: {cell.publishers:,} publisher(s) x {cell.rate:g} msg/s = "
+            f"{cell.offered_rate:,.0f} msg/s offered, {cell.subscribers:,} subscriber(s) "
+            f"({cell.topology}), {cell.payload_bytes} B, QoS {cell.qos}, "
+            f"{cell.warmup_s:g} s warm-up + {cell.duration_s:g} s measured, client {client}"
         )
         if self.console.is_terminal:
             self._live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True)
@@ -105,27 +160,25 @@ class RichReporter:
             )
         )
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         """Close the live line and say how the cell ended."""
         if self._live is not None:
             self._live.stop()
             self._live = None
-        totals = detail.get("totals", {})
         style = {"completed": "green", "failed": "red"}.get(status, "yellow")
         line = Text(f"  {status}", style=style)
-        if totals:
-            line.append(f"  sent {totals.get('sent')} received {totals.get('received')}")
-        if detail.get("error"):
-            line.append(f"  {detail['error']}")
-        broker_exit = detail.get("broker_exit") or {}
-        if broker_exit:
+        if detail.totals is not None:
+            line.append(f"  sent {detail.totals.sent} received {detail.totals.received}")
+        if detail.error:
+            line.append(f"  {detail.error}")
+        if detail.broker_exit is not None:
             line.append(
-                f"\n  invalid: the broker {broker_exit.get('reason', 'exited')} during the cell",
+                f"\n  invalid: the broker {detail.broker_exit.reason or 'exited'} during the cell",
                 style="bold red",
             )
-        generator = detail.get("generator") or {}
-        for reason in generator.get("reasons", []):
+        generator = detail.generator
+        for reason in generator.reasons if generator else ():
             line.append(f"\n  generator saturated: {reason}", style="bold yellow")
-        for warning in generator.get("warnings", []):
+        for warning in generator.warnings if generator else ():
             line.append(f"\n  warning: {warning}", style="yellow")
         self.console.print(line)

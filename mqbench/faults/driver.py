@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,17 @@ from mqbench.faults.client import ToxiproxyClient
 from mqbench.faults.proxy import ProxyProcess, start_proxy_process
 from mqbench.faults.schedule import FaultWindow, exponential_schedule, fixed_schedule
 from mqbench.faults.toxics import DOWNSTREAM, UPSTREAM, validate_toxic
+from mqbench.records.events import EventKind, EventSink
 from mqbench.scenario.model import Faults
 
-EventFn = Callable[..., None]
-"""``(kind, **details)``: writes one event (the cell's events.jsonl)."""
-
 STREAMS = {"up": (UPSTREAM,), "down": (DOWNSTREAM,), "both": (UPSTREAM, DOWNSTREAM)}
+
+
+def check_faults(faults: Faults) -> None:
+    """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
+    validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
+    if faults.proxy != "builtin":
+        ToxiproxyClient(faults.proxy).check()
 
 
 class FaultDriver:
@@ -38,7 +42,7 @@ class FaultDriver:
         *,
         seed: int,
         cell_index: int,
-        events: EventFn,
+        events: EventSink,
         affected: dict[str, list[int]],
     ) -> None:
         self.faults = faults
@@ -72,7 +76,7 @@ class FaultDriver:
         self._client.delete_proxy(self.name, missing_ok=True)
         proxy = self._client.create_proxy(self.name, f"{upstream_host}:{upstream_port}")
         self.events(
-            "fault_proxy_started",
+            EventKind.FAULT_PROXY_STARTED,
             url=self._client.url,
             builtin=self.faults.proxy == "builtin",
             listen=f"{proxy.listen_host}:{proxy.listen_port}",
@@ -94,7 +98,7 @@ class FaultDriver:
         self.windows = self.plan(warmup_s, duration_s)
         origin = start_ns + int(warmup_s * 1e9)
         self.events(
-            "fault_schedule",
+            EventKind.FAULT_SCHEDULE,
             windows=[[w.start_s, w.end_s] for w in self.windows],
             origin_ns=origin,
             type=self.faults.type,
@@ -121,7 +125,7 @@ class FaultDriver:
             try:
                 self._inject(k)
             except Exception as exc:  # report in the timeline; the run goes on
-                self.events("error", message=f"fault {k}: inject failed: {exc}")
+                self.events(EventKind.ERROR, message=f"fault {k}: inject failed: {exc}")
                 continue
             self._sleep_until(origin_ns + int(window.end_s * 1e9))
             self._recover(k)
@@ -140,7 +144,7 @@ class FaultDriver:
             )
             self._active.append(name)
         self.events(
-            "fault_injected",
+            EventKind.FAULT_INJECTED,
             fault=k,
             type=self.faults.type,
             attributes=dict(self.faults.attributes),
@@ -158,7 +162,7 @@ class FaultDriver:
             except Exception as exc:
                 errors.append(f"{name}: {exc}")
             self._active.remove(name)
-        self.events("fault_recovered", fault=k, **({"errors": errors} if errors else {}))
+        self.events(EventKind.FAULT_RECOVERED, fault=k, **({"errors": errors} if errors else {}))
 
     def stop(self, save_log_to: Path | None = None) -> None:
         """Stop injecting, recover, save the proxy's event log, tear the proxy down."""
@@ -179,7 +183,7 @@ class FaultDriver:
             try:
                 client.delete_proxy(self.name, missing_ok=True)
             except Exception as exc:
-                self.events("warning", message=f"could not delete fault proxy: {exc}")
+                self.events(EventKind.WARNING, message=f"could not delete fault proxy: {exc}")
         if self._process is not None:
             self._process.stop()
             self._process = None

@@ -33,11 +33,11 @@ import time
 from types import TracebackType
 from typing import Final
 
-from mqbench import interrupts, lifeline
 from mqbench.errors import MqbenchError
 from mqbench.faults.api import TOXIPROXY_VERSION, ToxiproxyApi, version_text
 from mqbench.faults.api_server import HttpApiServer
 from mqbench.faults.tcp import ProxyRegistry
+from mqbench.process import interrupts, lifeline
 
 READY_PREFIX: Final = "mqbench-proxy ready"
 """Start of the line the process prints once the API listens."""

@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from mqbench import __version__
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.results import MANIFEST, write_json_atomic
 
@@ -57,13 +59,19 @@ def _nofile_limit() -> int | None:
 
 
 class Manifest:
-    """In-memory manifest, saved atomically whenever something changes."""
+    """In-memory manifest, saved atomically whenever something changes.
+
+    Top-level entries live in :attr:`data`; cells are :class:`CellEntry` records, added
+    with :meth:`add_cell` and changed with :meth:`update_cell` (thread-safe: a broker-exit
+    watcher thread updates a cell while the run does).
+    """
 
     def __init__(
         self, result_dir: Path, scenario: dict[str, Any], scenario_file: str, argv: list[str]
     ) -> None:
         self.path = result_dir / MANIFEST
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._cells: list[CellEntry] = []
         self.data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "status": "running",
@@ -75,33 +83,41 @@ class Manifest:
             "host": host_facts(),
             "scenario_file": scenario_file,
             "scenario": scenario,
-            "cells": [],
         }
 
-    def add_cell(self, cell: dict[str, Any]) -> dict[str, Any]:
-        """Append a cell entry and save; return the stored dict for later updates."""
+    @property
+    def cells(self) -> list[CellEntry]:
+        """Every cell entry so far, in run order."""
         with self._lock:
-            self.data["cells"].append(cell)
-        self.save()
-        return cell
+            return list(self._cells)
 
-    def cell(self, cell_id: str) -> dict[str, Any]:
+    def add_cell(self, cell: CellEntry) -> None:
+        """Append a cell entry and save."""
+        with self._lock:
+            self._cells.append(cell)
+        self.save()
+
+    def cell(self, cell_id: str) -> CellEntry:
         """The stored entry of ``cell_id``."""
-        for cell in self.data["cells"]:
-            if cell["id"] == cell_id:
-                return dict(cell)
-        raise KeyError(cell_id)
-
-    def update_cell(self, cell_id: str, **fields: Any) -> None:
-        """Update fields of a cell entry and save."""
         with self._lock:
-            for cell in self.data["cells"]:
-                if cell["id"] == cell_id:
-                    cell.update(fields)
-                    break
-            else:
-                raise KeyError(cell_id)
+            return self._cells[self._position(cell_id)]
+
+    def update_cell(self, cell_id: str, change: Callable[[CellEntry], CellEntry]) -> CellEntry:
+        """Replace the entry of ``cell_id`` by ``change(entry)`` (atomically) and save.
+
+        Example: ``manifest.update_cell(cid, lambda c: replace(c, status="completed"))``.
+        """
+        with self._lock:
+            k = self._position(cell_id)
+            self._cells[k] = new = change(self._cells[k])
         self.save()
+        return new
+
+    def _position(self, cell_id: str) -> int:
+        for k, cell in enumerate(self._cells):
+            if cell.id == cell_id:
+                return k
+        raise KeyError(cell_id)
 
     def finish(self, status: str, error: str | None = None) -> None:
         """Record the final status of the run and save."""
@@ -111,10 +127,15 @@ class Manifest:
             self.data["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.save()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (docs/results.md, "manifest.json")."""
+        with self._lock:
+            return {**self.data, "cells": [c.to_dict() for c in self._cells]}
+
     def save(self) -> None:
         """Write the manifest atomically."""
         with self._lock:
-            write_json_atomic(self.path, self.data)
+            write_json_atomic(self.path, self.to_dict())
 
 
 def command_line() -> list[str]:

@@ -27,3 +27,15 @@ def first_seq_at_or_after(rate: float, publishers: int, pub: int, start_ns: int,
     while intended_ns(start_ns, rate, publishers, pub, seq) < t_ns:
         seq += 1
     return seq
+
+
+def measured_window(
+    start_ns: int, connected_ns: int, warmup_s: float, duration_s: float
+) -> tuple[int, int]:
+    """The planned measured window ``[start, end)`` of a cell (docs/results.md).
+
+    It starts when every client is connected and the warm-up has passed,
+    ``max(connected_ns, start_ns + warmup)``, and ends at ``start_ns + warmup + duration``.
+    """
+    warmup_ns = int(warmup_s * 1e9)
+    return max(connected_ns, start_ns + warmup_ns), start_ns + warmup_ns + int(duration_s * 1e9)

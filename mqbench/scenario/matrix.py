@@ -7,7 +7,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mqbench.scenario.model import Churn, Groups, Scenario
+from mqbench.scenario.topologies import TopologyShape, shape_of
 from mqbench.scenario.units import format_number, format_size
+
+AXIS_FIELDS: dict[str, str] = {
+    "rate": "rate",
+    "pairs": "pairs",
+    "subscribers": "fanout_subscribers",
+    "publishers": "fanin_publishers",
+}
+"""The ``Cell`` field each ``workload`` list (and saturation-search axis) becomes."""
 
 
 @dataclass(frozen=True)
@@ -50,28 +59,19 @@ class Cell:
         return "-".join(str(v) for _, v in sorted(options.items()))
 
     @property
+    def shape(self) -> TopologyShape:
+        """The topology's shape: its sizes and label."""
+        return shape_of(self.topology)
+
+    @property
     def publishers(self) -> int:
         """Number of publishing clients."""
-        if self.topology == "fanout":
-            return 1
-        if self.topology == "fanin":
-            return self.fanin_publishers
-        if self.topology == "groups":
-            assert self.groups is not None
-            return sum(g.count for g in self.groups.publishers)
-        return self.pairs
+        return self.shape.publishers(self)
 
     @property
     def subscribers(self) -> int:
         """Number of subscribing clients."""
-        if self.topology == "fanout":
-            return self.fanout_subscribers
-        if self.topology == "fanin":
-            return self.fanin_groups
-        if self.topology == "groups":
-            assert self.groups is not None
-            return sum(g.count for g in self.groups.subscribers)
-        return self.pairs
+        return self.shape.subscribers(self)
 
     @property
     def connections(self) -> int:
@@ -86,17 +86,7 @@ class Cell:
     @property
     def expected_delivery_rate(self) -> float:
         """Deliveries per second when nothing is lost (fanout multiplies)."""
-        if self.topology == "fanout":
-            return self.rate * self.fanout_subscribers
-        if self.topology == "groups":
-            assert self.groups is not None
-            sizes = {g.id: g.count for g in self.groups.publishers}
-            return self.rate * sum(
-                sizes[p] * g.count
-                for g in self.groups.subscribers
-                for p in g.expected_publisher_groups
-            )
-        return self.offered_rate
+        return self.rate * self.shape.deliveries_per_round(self)
 
     @property
     def offered_bytes_per_s(self) -> float:
@@ -111,15 +101,7 @@ class Cell:
     @property
     def size_label(self) -> str:
         """The topology's size, e.g. ``20pairs``, ``1to500``, ``500to1``."""
-        if self.topology == "pairs":
-            return f"{self.pairs}pairs"
-        if self.topology == "p2p":
-            return f"{self.pairs}p2p"
-        if self.topology == "fanout":
-            return f"1to{self.fanout_subscribers}"
-        if self.topology == "fanin":
-            return f"{self.fanin_publishers}to{self.fanin_groups}"
-        return f"groups{self.publishers}x{self.subscribers}"
+        return self.shape.size_label(self)
 
     @property
     def id(self) -> str:
@@ -168,27 +150,21 @@ def expand(scenario: Scenario) -> list[Cell]:
     (``run`` stops stepping a combination once a step crosses a limit).
     """
     w = scenario.workload
-    pairs: list[int] = list(w.pairs)
-    subs: list[int] = list(w.subscribers)
-    pubs: list[int] = list(w.publishers)
-    rates: list[float] = list(w.rate)
+    shape = shape_of(w.topology)
+    axes: dict[str, list[float]] = {
+        "rate": list(w.rate),
+        "pairs": list(w.pairs),
+        "subscribers": list(w.subscribers),
+        "publishers": list(w.publishers),
+    }
     search = scenario.search
     if search is not None:
-        values = search.values
-        if search.axis == "rate":
-            rates = list(values)
-        elif search.axis == "pairs":
-            pairs = [int(v) for v in values]
-        elif search.axis == "subscribers":
-            subs = [int(v) for v in values]
-        else:
-            pubs = [int(v) for v in values]
-    if w.topology not in ("pairs", "p2p"):
-        pairs = [1]
-    if w.topology != "fanout":
-        subs = [1]
-    if w.topology != "fanin":
-        pubs = [1]
+        axes[search.axis] = list(search.values)
+    for axis in ("pairs", "subscribers", "publishers"):
+        if axis not in shape.size_fields:
+            axes[axis] = [1]  # a size this topology does not have: one value, unused
+    rates = axes["rate"]
+    pairs, subs, pubs = ([int(v) for v in axes[a]] for a in ("pairs", "subscribers", "publishers"))
     combos = list(
         itertools.product(
             scenario.targets,
@@ -207,15 +183,15 @@ def expand(scenario: Scenario) -> list[Cell]:
     for repeat in range(scenario.repeat):
         for combo in combos:
             target, client, resources, options, payload, qos, n_pairs, n_subs, n_pubs, rate = combo
+            sizes = {
+                "rate": rate,
+                "pairs": n_pairs,
+                "fanout_subscribers": n_subs,
+                "fanin_publishers": n_pubs,
+            }
             step = None
             if search is not None:
-                value = {
-                    "rate": rate,
-                    "pairs": n_pairs,
-                    "subscribers": n_subs,
-                    "publishers": n_pubs,
-                }[search.axis]
-                step = search.values.index(value)
+                step = search.values.index(sizes[AXIS_FIELDS[search.axis]])
             cells.append(
                 Cell(
                     index=len(cells),
@@ -243,3 +219,14 @@ def expand(scenario: Scenario) -> list[Cell]:
                 )
             )
     return cells
+
+
+def broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
+    """What the runtime gets as ``StartRequest.options`` for ``cell``: the cell's
+    ``broker.options`` (without ``label``), ``broker.pid`` and the resources profile."""
+    options: dict[str, Any] = {k: v for k, v in cell.broker_options if k != "label"}
+    if scenario.broker.pid:
+        options["pid"] = scenario.broker.pid
+    if cell.resources:
+        options["resources"] = cell.resources
+    return options

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mqbench.records.format import HEADER_SIZE
+from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
 
 MAX_PAYLOAD = 256 * 1024**2
@@ -166,14 +167,8 @@ class Workload(_Strict):
     @model_validator(mode="after")
     def _topology_fields(self) -> Workload:
         fields = self.model_fields_set
-        used = {
-            "pairs": {"pairs"},
-            "p2p": {"pairs"},
-            "fanout": {"subscribers"},
-            "fanin": {"publishers", "fanin_groups"},
-            "groups": {"groups"},
-        }[self.topology]
-        for name in ("pairs", "subscribers", "publishers", "fanin_groups", "groups"):
+        used = shape_of(self.topology).size_fields
+        for name in SIZE_FIELDS:
             if name in fields and name not in used:
                 raise ValueError(
                     f"'{name}' does not apply to topology {self.topology!r} "
@@ -192,7 +187,9 @@ class Workload(_Strict):
     @property
     def is_persistent(self) -> bool:
         """Whether clients use persistent sessions (clean_session false)."""
-        return self.persistent if self.persistent is not None else self.topology == "p2p"
+        if self.persistent is not None:
+            return self.persistent
+        return shape_of(self.topology).persistent_by_default
 
 
 class Generator(_Strict):
@@ -436,13 +433,7 @@ class Scenario(_Strict):
         if self.search is not None:
             axis = self.search.axis
             topology = self.workload.topology
-            applies = {
-                "rate": True,
-                "pairs": topology in ("pairs", "p2p"),
-                "subscribers": topology == "fanout",
-                "publishers": topology == "fanin",
-            }[axis]
-            if not applies:
+            if axis not in ("rate", shape_of(topology).search_axis):
                 raise ValueError(f"search axis {axis!r} does not apply to topology {topology!r}")
             if axis != "rate" and any(not float(v).is_integer() for v in self.search.values):
                 raise ValueError(f"search values for {axis!r} must be whole numbers")

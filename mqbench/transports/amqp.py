@@ -82,6 +82,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
     max_pending_bytes,
 )
 from mqbench.transports.drain import drain_write_buffer
@@ -107,6 +108,9 @@ class AmqpTransport:
     name: str = "amqp"
     protocol: str = "amqp"
     max_qos: int = 1
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AmqpClient:
         """Return a new, unconnected client."""

@@ -108,12 +108,25 @@ class Client(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TransportCapabilities:
+    """What a client can do; the pre-flight refuses a scenario that asks for more."""
+
+    max_qos: int
+    """Highest delivery guarantee: 0 at most once, 1 at least once, 2 exactly once."""
+    persistent_sessions: bool
+    """Sessions that survive a reconnect with the same client id (``workload.persistent``)."""
+    wildcard_filters: bool
+    """Subscriptions with ``+`` / ``#`` filters (topologies p2p, fanin, groups)."""
+
+
 class Transport(Protocol):
     """A protocol implementation: creates clients for an endpoint."""
 
     name: str
     protocol: str
     max_qos: int
+    capabilities: TransportCapabilities
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> Client:
         """Return a new, unconnected client."""

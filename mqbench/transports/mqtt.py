@@ -49,6 +49,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
     max_pending_bytes,
 )
 from mqbench.transports.drain import drain_write_buffer
@@ -94,6 +95,9 @@ class MqttTransport:
     name: str = "mqtt"
     protocol: str = "mqtt"
     max_qos: int = 2
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> MqttClient:
         """Return a new, unconnected client."""

@@ -38,6 +38,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
     max_pending_bytes,
 )
 from mqbench.transports.nats_codec import (
@@ -549,6 +550,9 @@ class NatsTransport:
     name = "nats"
     protocol = "nats"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsClient:
         """Return a new, unconnected ``NatsClient``."""

@@ -49,6 +49,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
     max_pending_bytes,
 )
 from mqbench.transports.redis_codec import (
@@ -620,6 +621,9 @@ class RedisTransport:
     name = "redis"
     protocol = "redis"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisClient:
         """Return a new, unconnected ``RedisClient``."""

@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 
 from mqbench.errors import ScenarioError, TransportError
-from mqbench.transports.base import Transport
+from mqbench.transports.base import Transport, TransportCapabilities
 
 
 @dataclass(frozen=True)
@@ -98,4 +98,9 @@ def get_transport(name: str) -> Transport:
     if factory is None:
         raise TransportError(f"client {name!r}: {module_name} has no {attr!r}")
     transport: Transport = factory()
+    if not isinstance(getattr(transport, "capabilities", None), TransportCapabilities):
+        raise TransportError(
+            f"client {name!r}: {target} declares no capabilities "
+            "(a transports.base.TransportCapabilities; docs/extending.md)"
+        )
     return transport

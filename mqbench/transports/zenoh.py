@@ -69,6 +69,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
 )
 from mqbench.transports.topics import to_zenoh_key
 
@@ -494,6 +495,9 @@ class ZenohTransport:
     name = "zenoh"
     protocol = "zenoh"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> ZenohClient:
         """Return a new, unconnected ``ZenohClient``; bad ``extra`` options raise here."""

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from mqbench import interrupts
 from mqbench.errors import ResultsWriteError, TransportError
-from mqbench.workload.events import EventLog
+from mqbench.process import interrupts
+from mqbench.records.events import Event, EventKind, EventLog
+from mqbench.records.schedule import measured_window
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import WorkerFailure, worker_main
 
@@ -31,16 +33,26 @@ class Progress:
     """A live snapshot of a running cell, summed over workers."""
 
     phase: str
+    """``connecting``, ``publishing``, ``draining`` or ``stopping``."""
     elapsed_s: float
+    """Seconds since publishing started (0 before)."""
     total_s: float
+    """Warm-up plus measured duration."""
     offered_rate: float
+    """Messages per second the schedule offers (all publishers)."""
     send_rate: float
+    """Messages per second handed to clients over the last ~2 s."""
     receive_rate: float
+    """Deliveries per second over the last ~2 s."""
     sent: int
     received: int
     connected: int
     connections: int
     send_failed: int = 0
+    warmup_s: float = 0.0
+    """The first part of ``total_s``, excluded from the results."""
+    expected_rate: float = 0.0
+    """Deliveries per second when nothing is lost (fan-out multiplies the offered rate)."""
 
 
 @dataclass
@@ -52,17 +64,12 @@ class LoadOutcome:
     published_ns: int | None
     stopped_ns: int
     interrupted: bool
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
 
     @property
-    def sent(self) -> int:
-        """Messages handed to clients by all workers."""
-        return sum(int(w.get("sent", 0)) for w in self.workers)
-
-    @property
-    def received(self) -> int:
-        """Delivery records written by all workers."""
-        return sum(int(w.get("received", 0)) for w in self.workers)
+    def total(self) -> WorkerStats:
+        """The stats of all workers combined."""
+        return WorkerStats.total(self.workers)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -77,8 +84,8 @@ class _WorkerHandle:
         )
         self.process.start()
         child.close()
-        self.ready: dict[str, Any] | None = None
-        self.stats: dict[str, Any] = {}
+        self.ready = False
+        self.stats = WorkerStats()
         self.published = False
         self.done = False
         self.failure: WorkerFailure | None = None
@@ -112,6 +119,8 @@ class Coordinator:
         self.events = events
         self.offered_rate = offered_rate
         self.connections = connections
+        self.warmup_s = warmup_s
+        self.duration_s = duration_s
         self.run_s = warmup_s + duration_s
         self.drain_s = drain_s
         self.connect_timeout_s = connect_timeout_s
@@ -123,6 +132,8 @@ class Coordinator:
         self._handles: list[_WorkerHandle] = []
         self._history: deque[tuple[float, int, int]] = deque()
         self._last_connection_log = 0.0
+        self._window: tuple[int, int] | None = None
+        self._window_marked: set[EventKind] = set()
 
     def run(self) -> LoadOutcome:
         """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
@@ -144,19 +155,23 @@ class Coordinator:
                 start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
                 for handle in self._handles:
                     handle.send("start", start_ns)
-                self.events.write("publishing_started", start_ns=start_ns)
+                self.events.write(EventKind.PUBLISHING_STARTED, start_ns=start_ns)
+                self._window = measured_window(
+                    start_ns, connected_ns, self.warmup_s, self.duration_s
+                )
                 if self.on_start is not None:
                     self.on_start(start_ns)
             published_ns = self._watch(start_ns)
         except KeyboardInterrupt:
             interrupted = True
-            self.events.write("interrupted")
+            self.events.write(EventKind.INTERRUPTED)
         finally:
             for handle in self._handles:
                 handle.send("stop")
             stopped_ns = time.time_ns()
+            self._mark_window(stopped_ns, stopping=True)
             self._wait_done()
-        self.events.write("workers_stopped")
+        self.events.write(EventKind.WORKERS_STOPPED)
         failed = next((h.failure for h in self._handles if h.failure is not None), None)
         if failed is not None and failed.kind == "record_write":
             raise ResultsWriteError(failed.message, path=failed.path, errno=failed.errno)
@@ -175,17 +190,17 @@ class Coordinator:
         ramp_s = self.connections / self.connect_rate if self.connect_rate > 0 else 0.0
         limit = ramp_s + self.connect_timeout_s * 2 + READY_GRACE_S
         deadline = time.monotonic() + limit
-        while any(h.ready is None for h in self._handles):
+        while not all(h.ready for h in self._handles):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TransportError(f"clients did not all connect within {limit:.0f} s")
             self._poll(min(0.25, remaining), phase="connecting", start_ns=None)
             self._log_connections()
-        ready = [h.ready for h in self._handles if h.ready]
-        connected_ns = max(int(r["connected_ns"]) for r in ready)
-        failed = sum(int(r["stats"].get("connect_failed", 0)) for r in ready)
+        total = self._total()
+        connected_ns = total.connected_ns
+        failed = total.connect_failed
         self.events.write(
-            "clients_connected",
+            EventKind.CLIENTS_CONNECTED,
             connected_ns=connected_ns,
             count=self.connections - failed,
             expected=self.connections,
@@ -199,19 +214,20 @@ class Coordinator:
         while not all(h.published for h in self._handles):
             self._poll(0.25, phase="publishing", start_ns=start_ns)
             if time.time_ns() > end_ns + int(60e9):
-                self.events.write("warning", message="publishers ran 60 s past their schedule")
+                self.events.write(
+                    EventKind.WARNING, message="publishers ran 60 s past their schedule"
+                )
                 break
         published_ns = time.time_ns()
-        self.events.write("publishing_stopped", t_ns=published_ns)
+        self.events.write(EventKind.PUBLISHING_STOPPED, t_ns=published_ns)
         # Drain: until everything sent has arrived or the drain time is up.
         drain_deadline = time.monotonic() + self.drain_s
         while time.monotonic() < drain_deadline:
-            sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
-            received = sum(int(h.stats.get("received", 0)) for h in self._handles)
-            if received >= sent * self.expected_per_sent:
+            total = self._total()
+            if total.received >= total.sent * self.expected_per_sent:
                 break
             self._poll(0.1, phase="draining", start_ns=start_ns)
-        self.events.write("drain_finished")
+        self.events.write(EventKind.DRAIN_FINISHED)
         return published_ns
 
     def _wait_done(self) -> None:
@@ -230,7 +246,7 @@ class Coordinator:
         for handle in self._handles:
             handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if handle.process.is_alive():
-                self.events.write("warning", message=f"worker {handle.plan.worker} killed")
+                self.events.write(EventKind.WARNING, message=f"worker {handle.plan.worker} killed")
                 handle.process.kill()
                 handle.process.join(5)
             handle.conn.close()
@@ -241,9 +257,13 @@ class Coordinator:
         if now - self._last_connection_log < 1.0:
             return
         self._last_connection_log = now
-        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
-        failed = sum(int(h.stats.get("connect_failed", 0)) for h in self._handles)
-        self.events.write("connections", connected=connected, failed=failed)
+        total = self._total()
+        self.events.write(
+            EventKind.CONNECTIONS, connected=total.connected, failed=total.connect_failed
+        )
+
+    def _total(self) -> WorkerStats:
+        return WorkerStats.total(h.stats for h in self._handles)
 
     # -- messages --------------------------------------------------------------------
 
@@ -265,37 +285,58 @@ class Coordinator:
                     ) from None
                 continue
             if kind == "ready":
-                handle.ready = data
-                handle.stats = data["stats"]
+                handle.ready = True
+                handle.stats = data
             elif kind in ("stats", "published", "done"):
                 handle.stats = data
                 handle.published |= kind == "published"
                 handle.done |= kind == "done"
             elif kind == "event":
-                details = dict(data)
-                self.events.write(str(details.pop("kind")), worker=handle.plan.worker, **details)
+                event: Event = data
+                self.events.write(
+                    event.kind, t_ns=event.t_ns, worker=handle.plan.worker, **event.details
+                )
             elif kind == "error":
                 handle.done = True
                 if isinstance(data, WorkerFailure):
                     handle.failure = data
                     self.events.write(
-                        "error", worker=handle.plan.worker, message=data.message, failure=data.kind
+                        EventKind.ERROR,
+                        worker=handle.plan.worker,
+                        message=data.message,
+                        failure=data.kind,
                     )
                     if raise_errors:
                         raise ResultsWriteError(data.message, path=data.path, errno=data.errno)
                     continue
-                self.events.write("error", worker=handle.plan.worker, message=data)
+                self.events.write(EventKind.ERROR, worker=handle.plan.worker, message=data)
                 if raise_errors:
                     raise TransportError(str(data))
+        self._mark_window(time.time_ns())
         self._report(phase, start_ns)
+
+    def _mark_window(self, now_ns: int, stopping: bool = False) -> None:
+        """Write ``window_start`` / ``window_end`` once their time has passed.
+
+        Stopping early (an interruption) ends a begun window at ``now_ns``.
+        """
+        if self._window is None:
+            return
+        start, end = self._window
+        if EventKind.WINDOW_START not in self._window_marked and now_ns >= start:
+            self._window_marked.add(EventKind.WINDOW_START)
+            self.events.write(EventKind.WINDOW_START, t_ns=start)
+        began = EventKind.WINDOW_START in self._window_marked
+        ended = EventKind.WINDOW_END in self._window_marked
+        if began and not ended and (now_ns >= end or stopping):
+            self._window_marked.add(EventKind.WINDOW_END)
+            self.events.write(EventKind.WINDOW_END, t_ns=min(end, now_ns))
 
     def _report(self, phase: str, start_ns: int | None) -> None:
         if self.on_progress is None:
             return
-        sent = sum(int(h.stats.get("sent", 0)) for h in self._handles)
-        received = sum(int(h.stats.get("received", 0)) for h in self._handles)
-        failed = sum(int(h.stats.get("send_failed", 0)) for h in self._handles)
-        connected = sum(int(h.stats.get("connected", 0)) for h in self._handles)
+        total = self._total()
+        sent, received = total.sent, total.received
         # Rates over the last ~2 s of worker stats (workers report every 0.5 s).
         now = time.monotonic()
         history = self._history
@@ -315,8 +356,10 @@ class Coordinator:
                 receive_rate=(received - last_received) / dt,
                 sent=sent,
                 received=received,
-                connected=connected,
+                connected=total.connected,
                 connections=self.connections,
-                send_failed=failed,
+                send_failed=total.send_failed,
+                warmup_s=self.warmup_s,
+                expected_rate=self.offered_rate * self.expected_per_sent,
             )
         )

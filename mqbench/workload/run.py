@@ -8,36 +8,37 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from mqbench import interrupts
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.liveness import BrokerExit, WatchesExit
-from mqbench.brokers.native_profiles import check_native_profile
-from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.brokers.targets import get_target
-from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
+from mqbench.errors import MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
-from mqbench.records.manifest import Manifest
-from mqbench.records.results import SpaceReserve, check_output_root, create_result_dir
-from mqbench.scenario.matrix import Cell, expand
-from mqbench.scenario.model import Faults, Scenario
-from mqbench.transports.registry import get_transport, resolve_client
-from mqbench.transports.topics import is_filter
-from mqbench.workload.capacity import (
-    RESERVE_BYTES,
-    check_disk_space,
-    check_fits,
-    pending_bound,
+from mqbench.process import interrupts
+from mqbench.records.cell_entry import (
+    BrokerExitEntry,
+    CellEntry,
+    CellStatus,
+    Schedule,
+    Totals,
+    Window,
 )
+from mqbench.records.events import EventKind, EventLog
+from mqbench.records.manifest import Manifest
+from mqbench.records.results import SpaceReserve, create_result_dir
+from mqbench.scenario.matrix import Cell, broker_options, expand
+from mqbench.scenario.model import Scenario
+from mqbench.transports.registry import resolve_client
+from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
-from mqbench.workload.events import EventLog
 from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
-from mqbench.workload.search import SearchTracker
+from mqbench.workload.preflight import preflight
+from mqbench.workload.search import Evaluate, SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology, fault_targets
 
@@ -57,8 +58,8 @@ class RunReporter(Protocol):
     def progress(self, cell: Cell, progress: Progress) -> None:
         """Live counters, a few times a second."""
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
-        """A cell ended: completed, failed or interrupted."""
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
+        """A cell ended: completed, failed or interrupted (``detail``: its manifest entry)."""
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
         """The broker exited on its own during the cell (called from a watcher thread)."""
@@ -79,7 +80,7 @@ class SilentReporter:
     def progress(self, cell: Cell, progress: Progress) -> None:
         """Nothing to show."""
 
-    def cell_finished(self, cell: Cell, status: str, detail: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         """Nothing to show (the outcome is in the result)."""
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
@@ -92,17 +93,35 @@ class RunResult:
 
     result_dir: Path
     status: str
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellEntry] = field(default_factory=list)
 
     @property
-    def failed_cells(self) -> list[dict[str, Any]]:
+    def failed_cells(self) -> list[CellEntry]:
         """Cells that did not complete."""
-        return [c for c in self.cells if c["status"] == "failed"]
+        return [c for c in self.cells if c.status == "failed"]
 
     @property
-    def broker_exits(self) -> list[dict[str, Any]]:
+    def broker_exits(self) -> list[CellEntry]:
         """Cells whose broker exited on its own (their results are invalid)."""
-        return [c for c in self.cells if c.get("broker_exit")]
+        return [c for c in self.cells if c.broker_exit is not None]
+
+    def failure(self) -> MqbenchError | None:
+        """Why the run as a whole failed (cells that failed, brokers that died), or None."""
+        failed = self.failed_cells
+        if failed:
+            return MqbenchError(
+                f"{len(failed)} of {len(self.cells)} cell(s) failed; "
+                f"{failed[0].id}: {failed[0].error}"
+            )
+        exits = self.broker_exits
+        if exits and exits[0].broker_exit is not None:
+            first = exits[0].broker_exit
+            return MqbenchError(
+                f"the broker died in {len(exits)} of {len(self.cells)} cell(s); "
+                f"{exits[0].id}: {first.reason or 'exited'} (exit code {first.exit_code}); "
+                "results are marked invalid"
+            )
+        return None
 
 
 class RunInterrupted(MqbenchError):
@@ -134,79 +153,6 @@ def _signal_text(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def check_load(scenario: Scenario, cells: list[Cell]) -> None:
-    """What ``scenario validate``, ``run --dry-run`` and ``run`` all check up front:
-    possible combinations and load that fits the machine (``capacity.check_fits``)."""
-    check_fits(scenario, cells)  # first: it is cheap, the topologies below are not
-    check_combinations(scenario, cells)
-
-
-def preflight(scenario: Scenario, cells: list[Cell], out_root: Path) -> None:
-    """Reject what cannot run before anything is created or started."""
-    check_output_root(out_root)
-    check_load(scenario, cells)
-    check_disk_space(cells, out_root)
-    runtime = get_runtime(scenario.runtime)
-    for target_name in scenario.targets:
-        availability = runtime.availability(target_name)
-        if not availability.available:
-            raise BrokerError(f"target {target_name!r}: {availability.reason}")
-    if scenario.faults is not None:
-        check_faults(scenario.faults)
-
-
-def check_faults(faults: Faults) -> None:
-    """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
-    from mqbench.faults.client import ToxiproxyClient
-    from mqbench.faults.toxics import DOWNSTREAM, validate_toxic
-
-    validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
-    if faults.proxy != "builtin":
-        ToxiproxyClient(faults.proxy).check()
-
-
-def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
-    """Reject impossible combinations (QoS, clients, topologies, shards) with the reason."""
-    for target_name in scenario.targets:
-        target = get_target(target_name)
-        for client in scenario.client:
-            name = resolve_client(target.transport, client)
-            transport = get_transport(name)
-            for qos in scenario.workload.qos:
-                if qos > transport.max_qos:
-                    raise ScenarioError(
-                        f"target {target_name!r}: QoS {qos} is not supported by the "
-                        f"{name} client (max QoS {transport.max_qos})"
-                    )
-            if scenario.workload.is_persistent and target.transport != "mqtt":
-                raise ScenarioError(
-                    f"target {target_name!r}: persistent sessions are an MQTT feature; "
-                    f"{target.transport} has no equivalent here (set workload.persistent: false)"
-                )
-    known_profiles = profile_names()
-    for profile in scenario.resources:
-        if profile is not None and profile not in known_profiles:
-            raise ScenarioError(
-                f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
-            )
-        if profile is not None and scenario.runtime == "native":
-            # More CPUs than the machine has, or no cgroup write access: refused here,
-            # before a result folder exists or a broker starts.
-            check_native_profile(profile)
-    cpus = os.cpu_count() or 1
-    for cell in cells:
-        worker_count(scenario.generator.workers, cell.connections, cpus)
-        topology = build_topology(cell, "check", scenario.seed)
-        if scenario.faults is not None:
-            fault_targets(topology, scenario.faults.target)
-        protocol = get_target(cell.target).transport
-        if protocol == "redis" and any(is_filter(s.topic_filter) for s in topology.subscribers):
-            raise ScenarioError(
-                f"target {cell.target!r}: topology {cell.topology!r} subscribes with wildcard "
-                "filters, which the redis client does not support (exact channels only)"
-            )
-
-
 def run_scenario(
     scenario: Scenario,
     *,
@@ -217,19 +163,36 @@ def run_scenario(
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
     manifest_extra: dict[str, Any] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
 
+    Nothing is created or started before :func:`workload.preflight.preflight` passes.
     ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
-    ``calibration`` the CLI checked the cells against).
+    ``calibration`` the CLI checked the cells against). ``evaluate`` summarises a finished
+    step of a saturation search (``workload.search``); a scenario with a ``search`` needs
+    one.
     """
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
     preflight(scenario, cells, out_root)
+    search: SearchTracker | None = None
+    if scenario.search is not None:
+        if evaluate is None:
+            raise ScenarioError(f"{scenario_file}: a saturation search needs an evaluation")
+        search = SearchTracker(scenario.search, evaluate)
     with interrupts.StopSignals():
         return _run_cells(
-            scenario, cells, scenario_file, scenario_data, out_root, argv, reporter, manifest_extra
+            scenario,
+            cells,
+            scenario_file,
+            scenario_data,
+            out_root,
+            argv,
+            reporter,
+            manifest_extra,
+            search,
         )
 
 
@@ -242,6 +205,7 @@ def _run_cells(
     argv: list[str],
     reporter: RunReporter,
     manifest_extra: dict[str, Any] | None,
+    search: SearchTracker | None,
 ) -> RunResult:
     # The folder, its space reserve and its first manifest appear together; a signal in
     # between is raised inside the ``try`` below, which finishes the manifest.
@@ -253,22 +217,20 @@ def _run_cells(
         manifest.data.update(manifest_extra or {})
         manifest.save()
     run_tag = secrets.token_hex(3)
-    search = SearchTracker(scenario.search) if scenario.search is not None else None
     try:
         interrupts.raise_pending()
         reporter.run_started(result_dir, cells)
         for cell in cells:
             if search is not None and search.should_skip(cell):
                 manifest.add_cell(
-                    {
-                        "id": cell.id,
-                        "index": cell.index,
-                        "repeat": cell.repeat,
-                        "status": "skipped",
-                        "error": None,
-                        "params": cell.params(),
-                        "skip_reason": search.skip_reason(cell),
-                    }
+                    CellEntry(
+                        id=cell.id,
+                        index=cell.index,
+                        repeat=cell.repeat,
+                        status="skipped",
+                        params=cell.params(),
+                        skip_reason=search.skip_reason(cell),
+                    )
                 )
                 continue
             _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
@@ -295,11 +257,12 @@ def _run_cells(
         raise
     finally:
         reserve.release()
-    statuses = [c["status"] for c in manifest.data["cells"] if c["status"] != "skipped"]
+    entries = manifest.cells
+    statuses = [c.status for c in entries if c.status != "skipped"]
     status = "completed" if any(s == "completed" for s in statuses) else "failed"
-    errors = [c["error"] for c in manifest.data["cells"] if c.get("error")]
+    errors = [c.error for c in entries if c.error]
     manifest.finish(status, errors[0] if status == "failed" and errors else None)
-    return RunResult(result_dir, status, list(manifest.data["cells"]))
+    return RunResult(result_dir, status, entries)
 
 
 def _run_cell(
@@ -340,20 +303,19 @@ def _run_cell(
         "faults": scenario.faults.type if scenario.faults else None,
     }
     manifest.add_cell(
-        {
-            "id": cell.id,
-            "index": cell.index,
-            "repeat": cell.repeat,
-            "status": "running",
-            "error": None,
-            "params": params,
-            "offered_rate": cell.offered_rate,
-            "publishers": cell.publishers,
-            "subscribers": cell.subscribers,
-            "expected_delivery_rate": cell.expected_delivery_rate,
-            "routes": topology.routes,
-            "send_failures_expected": send_failures_expected,
-        }
+        CellEntry(
+            id=cell.id,
+            index=cell.index,
+            repeat=cell.repeat,
+            status="running",
+            params=params,
+            offered_rate=cell.offered_rate,
+            publishers=cell.publishers,
+            subscribers=cell.subscribers,
+            expected_delivery_rate=cell.expected_delivery_rate,
+            routes=tuple(topology.routes),
+            send_failures_expected=send_failures_expected,
+        )
     )
     reporter.cell_started(cell)
     events = EventLog(cell_dir / "events.jsonl")
@@ -363,10 +325,11 @@ def _run_cell(
 
     def on_broker_exit(exit: BrokerExit) -> None:
         details = exit.to_dict()
-        events.write("broker_exited", **details)
+        events.write(EventKind.BROKER_EXITED, **details)
         sampler.forget(exit.pid)
+        entry = BrokerExitEntry.from_dict(cell.id, details)
         with contextlib.suppress(MqbenchError):
-            manifest.update_cell(cell.id, broker_exit=details)
+            manifest.update_cell(cell.id, lambda c: replace(c, broker_exit=entry))
         reporter.broker_exited(cell, exit)
 
     try:
@@ -377,12 +340,13 @@ def _run_cell(
                 workdir=cell_dir / "broker",
                 host=scenario.broker.host,
                 port=scenario.broker.port,
-                options=_broker_options(scenario, cell),
+                options=broker_options(scenario, cell),
                 startup_timeout_s=scenario.broker.startup_timeout,
             )
         )
-        events.write("broker_started", **broker.info)
-        manifest.update_cell(cell.id, broker=broker.info)
+        events.write(EventKind.BROKER_STARTED, **broker.info)
+        info = broker.info
+        manifest.update_cell(cell.id, lambda c: replace(c, broker=info))
         if isinstance(broker, WatchesExit):
             broker.watch_exit(on_broker_exit)
         if broker.pids:
@@ -427,11 +391,9 @@ def _run_cell(
         def on_start(start_ns: int) -> None:
             # The schedule and the planned window are known now: store them before a single
             # message goes out, so an interrupted or killed run can always be analysed.
-            manifest.update_cell(
-                cell.id,
-                schedule=_schedule(cell, start_ns),
-                window=_planned_window(cell, start_ns, start_ns),
-            )
+            schedule = _schedule(cell, start_ns)
+            window = Window.planned(start_ns, start_ns, cell.warmup_s, cell.duration_s)
+            manifest.update_cell(cell.id, lambda c: replace(c, schedule=schedule, window=window))
             if driver is not None:
                 driver.begin(start_ns, cell.warmup_s, cell.duration_s)
 
@@ -452,26 +414,26 @@ def _run_cell(
         )
         outcome = coordinator.run()
         _record_outcome(scenario, cell, manifest, outcome)
-        status = "interrupted" if outcome.interrupted else "completed"
-        manifest.update_cell(cell.id, status=status)
-        reporter.cell_finished(cell, status, manifest.cell(cell.id))
+        status: CellStatus = "interrupted" if outcome.interrupted else "completed"
+        entry = manifest.update_cell(cell.id, lambda c: replace(c, status=status))
+        reporter.cell_finished(cell, status, entry)
         if outcome.interrupted:
             raise RunInterrupted(f"interrupted during cell {cell.id}", _stop_signal())
     except MqbenchError as exc:
         if isinstance(exc, RunInterrupted):
             raise
-        events.write("error", message=str(exc))
+        events.write(EventKind.ERROR, message=str(exc))
+        failure = str(exc)
         with contextlib.suppress(ResultsWriteError):
-            manifest.update_cell(cell.id, status="failed", error=str(exc))
+            manifest.update_cell(cell.id, lambda c: replace(c, status="failed", error=failure))
         reporter.cell_finished(cell, "failed", manifest.cell(cell.id))
         if isinstance(exc, ResultsWriteError):
             raise  # results cannot be written: stop the whole run
     except KeyboardInterrupt as exc:
         signum = _stop_signal(exc)
-        events.write("interrupted", signal=signal.Signals(signum).name)
-        manifest.update_cell(
-            cell.id, status="interrupted", error=f"interrupted by {_signal_text(signum)}"
-        )
+        events.write(EventKind.INTERRUPTED, signal=signal.Signals(signum).name)
+        error = f"interrupted by {_signal_text(signum)}"
+        manifest.update_cell(cell.id, lambda c: replace(c, status="interrupted", error=error))
         raise
     finally:
         _teardown(cell_dir, events, sampler, faults, broker)
@@ -503,53 +465,39 @@ def _teardown(
         finally:
             if remove is not None:
                 remove()
-        events.write("broker_stopped")
+        events.write(EventKind.BROKER_STOPPED)
     events.close()
 
 
-def _broker_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
-    options: dict[str, Any] = {k: v for k, v in cell.broker_options if k != "label"}
-    if scenario.broker.pid:
-        options["pid"] = scenario.broker.pid
-    if cell.resources:
-        options["resources"] = cell.resources
-    return options
-
-
-def _schedule(cell: Cell, start_ns: int) -> dict[str, Any]:
-    return {
-        "kind": "interleaved",
-        "start_ns": start_ns,
-        "rate": cell.rate,
-        "publishers": cell.publishers,
-        "messages_per_publisher": cell.messages_per_publisher,
-    }
-
-
-def _planned_window(cell: Cell, start_ns: int, connected_ns: int) -> dict[str, Any]:
-    warmup_ns = int(cell.warmup_s * 1e9)
-    return {
-        "start_ns": max(connected_ns, start_ns + warmup_ns),
-        "end_ns": start_ns + warmup_ns + int(cell.duration_s * 1e9),
-        "connected_ns": connected_ns,
-    }
+def _schedule(cell: Cell, start_ns: int) -> Schedule:
+    return Schedule(
+        start_ns=start_ns,
+        rate=cell.rate,
+        publishers=cell.publishers,
+        messages_per_publisher=cell.messages_per_publisher,
+    )
 
 
 def _record_outcome(
     scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome
 ) -> None:
-    window = _planned_window(cell, outcome.start_ns, outcome.connected_ns)
+    window = Window.planned(outcome.start_ns, outcome.connected_ns, cell.warmup_s, cell.duration_s)
     if outcome.interrupted:
-        window["end_ns"] = min(window["end_ns"], outcome.stopped_ns)
+        window = replace(window, end_ns=min(window.end_ns, outcome.stopped_ns))
     verdict = generator_verdict(
         outcome.workers,
         late_threshold_ms=scenario.generator.max_send_lag_ms,
     )
+    total = outcome.total
+    schedule = _schedule(cell, outcome.start_ns)
     manifest.update_cell(
         cell.id,
-        schedule=_schedule(cell, outcome.start_ns),
-        window=window,
-        generator=verdict,
-        totals={"sent": outcome.sent, "received": outcome.received},
-        finished_ns=time.time_ns(),
+        lambda c: replace(
+            c,
+            schedule=schedule,
+            window=window,
+            generator=verdict,
+            totals=Totals(total.sent, total.received),
+            finished_ns=time.time_ns(),
+        ),
     )

@@ -1,19 +1,64 @@
 """Saturation search: step one axis up until a limit is crossed; keep the highest good step.
 
 Cells of one *combination* (everything equal except the searched axis and the repeat) run
-in increasing order. After each, the numpy reference analysis (no Spark start-up) decides
-whether the step was sustainable; the first step that crosses a limit stops that
-combination, and its remaining steps are skipped.
+in increasing order. After each, an ``evaluate`` callable handed in by the caller (the CLI
+passes the numpy reference analysis: no Spark start-up) summarises the step, and the
+tracker decides whether it was sustainable; the first step that crosses a limit stops that
+combination, and its remaining steps are skipped. The engine never imports the analysis
+(docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mqbench.errors import MqbenchError
-from mqbench.scenario.matrix import Cell
+from mqbench.records.cell_entry import CellEntry
+from mqbench.scenario.matrix import AXIS_FIELDS, Cell
 from mqbench.scenario.model import Search
+
+
+class _Latency(Protocol):
+    @property
+    def p99_us(self) -> float:
+        """99th percentile in µs."""
+        ...
+
+
+class StepSummary(Protocol):
+    """What the search reads of a step's summary (``analysis.summary.CellSummary`` has it)."""
+
+    @property
+    def loss_pct(self) -> float | None:
+        """Loss over scheduled messages, in %."""
+        ...
+
+    @property
+    def latency(self) -> _Latency | None:
+        """Latency from the intended send time."""
+        ...
+
+    @property
+    def generator_saturated(self) -> bool:
+        """The generator, not the broker, limited the step."""
+        ...
+
+    @property
+    def generator_reason(self) -> str | None:
+        """Why the generator was saturated."""
+        ...
+
+    @property
+    def throughput_msg_s(self) -> float | None:
+        """Deliveries per second in the window."""
+        ...
+
+
+Evaluate = Callable[[CellEntry, Path], StepSummary]
+"""Summarise a finished step from its manifest entry and cell folder; raises
+``MqbenchError`` when it cannot."""
 
 
 def combination_key(cell: Cell, axis: str) -> tuple[Any, ...]:
@@ -21,23 +66,16 @@ def combination_key(cell: Cell, axis: str) -> tuple[Any, ...]:
     params = cell.params()
     for name in ("index", "repeat", "search_step", "publishers", "subscribers"):
         params.pop(name, None)
-    params.pop(
-        {
-            "rate": "rate",
-            "pairs": "pairs",
-            "subscribers": "fanout_subscribers",
-            "publishers": "fanin_publishers",
-        }[axis],
-        None,
-    )
+    params.pop(AXIS_FIELDS[axis], None)
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
 class SearchTracker:
     """Follows a saturation search across the cells of a run."""
 
-    def __init__(self, search: Search) -> None:
+    def __init__(self, search: Search, evaluate: Evaluate) -> None:
         self.search = search
+        self.evaluate = evaluate
         self._stopped: dict[tuple[Any, ...], str] = {}
         self._best: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._steps: list[dict[str, Any]] = []
@@ -53,62 +91,48 @@ class SearchTracker:
         """Why ``cell`` is skipped."""
         return f"search stopped at an earlier step: {self._stopped[self._key(cell)]}"
 
-    def limits_crossed(self, summary: dict[str, Any]) -> list[str]:
+    def limits_crossed(self, summary: StepSummary) -> list[str]:
         """Which stop limits a step's summary crosses."""
         stop = self.search.stop
         crossed = []
-        loss = summary.get("loss_pct")
+        loss = summary.loss_pct
         if stop.loss_pct is not None and loss is not None and loss > stop.loss_pct:
             crossed.append(f"loss {loss:.3f}% > {stop.loss_pct:g}%")
-        latency = summary.get("latency") or {}
-        p99_us = latency.get("p99_us")
+        p99_us = summary.latency.p99_us if summary.latency is not None else None
         if stop.p99_ms is not None and p99_us is not None and p99_us / 1000 > stop.p99_ms:
             crossed.append(f"p99 {p99_us / 1000:.1f} ms > {stop.p99_ms:g} ms")
-        if stop.generator_saturated and summary.get("generator_saturated"):
-            crossed.append(f"generator saturated ({summary.get('generator_reason')})")
+        if stop.generator_saturated and summary.generator_saturated:
+            crossed.append(f"generator saturated ({summary.generator_reason})")
         return crossed
 
-    def observe(self, cell: Cell, manifest_cell: dict[str, Any], folder: Path) -> None:
-        """Analyse a finished step and decide whether its combination goes on."""
+    def observe(self, cell: Cell, entry: CellEntry, folder: Path) -> None:
+        """Evaluate a finished step and decide whether its combination goes on."""
         key = self._key(cell)
-        value = manifest_cell["params"][
-            {
-                "rate": "rate",
-                "pairs": "pairs",
-                "subscribers": "fanout_subscribers",
-                "publishers": "fanin_publishers",
-            }[self.search.axis]
-        ]
-        if manifest_cell["status"] != "completed":
-            crossed = [f"cell {manifest_cell['status']}: {manifest_cell.get('error')}"]
-            summary: dict[str, Any] = {}
+        value = entry.params[AXIS_FIELDS[self.search.axis]]
+        throughput: float | None = None
+        if entry.status != "completed":
+            crossed = [f"cell {entry.status}: {entry.error}"]
         else:
-            from mqbench.analysis.numpy_ref import analyze_cell_numpy
-
             try:
-                summary = analyze_cell_numpy(manifest_cell, folder).to_dict()
+                summary = self.evaluate(entry, folder)
             except MqbenchError as exc:
-                summary = {}
                 crossed = [f"analysis failed: {exc}"]
             else:
                 crossed = self.limits_crossed(summary)
+                throughput = summary.throughput_msg_s
         self._steps.append(
             {
                 "cell": cell.id,
                 "value": value,
                 "sustainable": not crossed,
                 "crossed": crossed,
-                "throughput_msg_s": summary.get("throughput_msg_s"),
+                "throughput_msg_s": throughput,
             }
         )
         if crossed:
             self._stopped[key] = "; ".join(crossed)
         else:
-            self._best[key] = {
-                "cell": cell.id,
-                "value": value,
-                "throughput_msg_s": summary.get("throughput_msg_s"),
-            }
+            self._best[key] = {"cell": cell.id, "value": value, "throughput_msg_s": throughput}
 
     def report(self) -> dict[str, Any]:
         """The search's outcome for the manifest: every step and the best per combination."""

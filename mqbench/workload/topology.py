@@ -12,16 +12,20 @@ subscribers must receive each publisher's messages (docs/results.md).
   subscriber per group with the filter ``<CC>/<random>/<group>/+`` (TBMQ's fan-in shape).
 - ``groups``: publisher and subscriber groups with topic prefixes and filters and the
   publisher groups each subscriber group expects (tb-mqtt-perf-tests' config).
+
+The sizes of each topology (client counts, labels, which keys size it) are its shape in
+``mqbench.scenario.topologies``; this module holds one builder per shape (``BUILDERS``).
 """
 
 from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from mqbench.errors import ScenarioError
+from mqbench.records.cell_entry import Route
 from mqbench.scenario.matrix import Cell
 from mqbench.transports.topics import is_filter, topic_matches
 
@@ -55,35 +59,47 @@ class Topology:
 
     publishers: list[PubSpec]
     subscribers: list[SubSpec]
-    routes: list[dict[str, Any]]
+    routes: list[Route]
+    """Who must receive whose messages (the manifest's ``routes``)."""
     persistent: bool
+
+
+Builder = Callable[[Cell, str, str, int, bool], Topology]
+"""``(cell, ids, run_tag, seed, persistent) -> Topology``: the clients of one topology."""
 
 
 def build_topology(cell: Cell, run_tag: str, seed: int = 1) -> Topology:
     """Build the clients and routes of ``cell``; client ids are unique per run."""
     ids = f"mqb{run_tag}c{cell.index}"
-    persistent = cell.persistent
-    if cell.topology in ("pairs", "p2p"):
-        n = cell.pairs
-        if cell.topology == "pairs":
-            topics = [f"mqbench/{run_tag}/{cell.index}/{i}" for i in range(n)]
-            filters = topics
-        else:
-            topics = [f"europe/ua/kyiv/{run_tag}{i}/data" for i in range(n)]
-            filters = [f"europe/ua/kyiv/{run_tag}{i}/+" for i in range(n)]
-        pubs = [PubSpec(i, f"{ids}p{i}", topics[i]) for i in range(n)]
-        subs = [SubSpec(i, f"{ids}s{i}", filters[i], persistent) for i in range(n)]
-        routes = [{"kind": "pairs", "pubs": [0, n], "subs": [0, n]}]
-        return Topology(pubs, subs, routes, persistent)
-    if cell.topology == "fanout":
-        topic = f"mqbench/{run_tag}/{cell.index}/fanout"
-        n = cell.fanout_subscribers
-        pubs = [PubSpec(0, f"{ids}p0", topic)]
-        subs = [SubSpec(j, f"{ids}s{j}", topic, persistent) for j in range(n)]
-        return Topology(pubs, subs, [{"kind": "all", "pubs": [0, 1], "subs": [0, n]}], persistent)
-    if cell.topology == "fanin":
-        return _fanin(cell, ids, run_tag, seed, persistent)
-    return _groups(cell, ids, persistent)
+    return BUILDERS[cell.shape.name](cell, ids, run_tag, seed, cell.persistent)
+
+
+def _pairs(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
+    n = cell.pairs
+    topics = [f"mqbench/{run_tag}/{cell.index}/{i}" for i in range(n)]
+    return _paired(ids, topics, topics, persistent)
+
+
+def _p2p(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
+    n = cell.pairs
+    topics = [f"europe/ua/kyiv/{run_tag}{i}/data" for i in range(n)]
+    filters = [f"europe/ua/kyiv/{run_tag}{i}/+" for i in range(n)]
+    return _paired(ids, topics, filters, persistent)
+
+
+def _paired(ids: str, topics: list[str], filters: list[str], persistent: bool) -> Topology:
+    n = len(topics)
+    pubs = [PubSpec(i, f"{ids}p{i}", topics[i]) for i in range(n)]
+    subs = [SubSpec(i, f"{ids}s{i}", filters[i], persistent) for i in range(n)]
+    return Topology(pubs, subs, [Route("pairs", (0, n), (0, n))], persistent)
+
+
+def _fanout(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
+    topic = f"mqbench/{run_tag}/{cell.index}/fanout"
+    n = cell.fanout_subscribers
+    pubs = [PubSpec(0, f"{ids}p0", topic)]
+    subs = [SubSpec(j, f"{ids}s{j}", topic, persistent) for j in range(n)]
+    return Topology(pubs, subs, [Route("all", (0, 1), (0, n))], persistent)
 
 
 def _fanin(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
@@ -95,7 +111,7 @@ def _fanin(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> T
         for g in range(groups)
     ]
     pubs: list[PubSpec] = []
-    routes: list[dict[str, Any]] = []
+    routes: list[Route] = []
     sizes = [
         cell.fanin_publishers // groups + (g < cell.fanin_publishers % groups)
         for g in range(groups)
@@ -105,12 +121,12 @@ def _fanin(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> T
         for _ in range(size):
             client_id = f"{ids}p{len(pubs)}"
             pubs.append(PubSpec(len(pubs), client_id, f"{prefixes[g]}/{client_id}"))
-        routes.append({"kind": "all", "pubs": [first, len(pubs)], "subs": [g, g + 1]})
+        routes.append(Route("all", (first, len(pubs)), (g, g + 1)))
     subs = [SubSpec(g, f"{ids}s{g}", f"{prefixes[g]}/+", persistent) for g in range(groups)]
     return Topology(pubs, subs, routes, persistent)
 
 
-def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
+def _groups(cell: Cell, ids: str, run_tag: str, seed: int, persistent: bool) -> Topology:
     assert cell.groups is not None
     pubs: list[PubSpec] = []
     ranges: dict[str, tuple[int, int]] = {}
@@ -121,7 +137,7 @@ def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
             pubs.append(PubSpec(len(pubs), f"{prefix}{j}", f"{pgroup.topic_prefix}{j}", pgroup.id))
         ranges[pgroup.id] = (first, len(pubs))
     subs: list[SubSpec] = []
-    routes: list[dict[str, Any]] = []
+    routes: list[Route] = []
     for group in cell.groups.subscribers:
         prefix = group.client_id_prefix or f"{ids}{group.id}-"
         keep = group.persistent if group.persistent is not None else persistent
@@ -145,11 +161,21 @@ def _groups(cell: Cell, ids: str, persistent: bool) -> Topology:
                     f"add it to expected_publisher_groups or narrow the filter"
                 )
             if expected:
-                routes.append({"kind": "all", "pubs": [a, b], "subs": [first, len(subs)]})
+                routes.append(Route("all", (a, b), (first, len(subs))))
     for pub in pubs:
         if is_filter(pub.topic):
             raise ScenarioError(f"publisher topic {pub.topic!r} contains a wildcard")
     return Topology(pubs, subs, routes, persistent)
+
+
+BUILDERS: dict[str, Builder] = {
+    "pairs": _pairs,
+    "p2p": _p2p,
+    "fanout": _fanout,
+    "fanin": _fanin,
+    "groups": _groups,
+}
+"""One builder per topology shape (``mqbench.scenario.topologies.SHAPES``)."""
 
 
 def fault_targets(topology: Topology, target: str) -> dict[str, list[int]]:

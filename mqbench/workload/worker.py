@@ -2,8 +2,8 @@
 
 The parent talks to it over a ``multiprocessing`` pipe:
 
-    worker -> parent  ("ready", info) | ("stats", stats) | ("published", stats)
-                      | ("event", event) | ("done", stats)
+    worker -> parent  ("ready", WorkerStats) | ("stats", WorkerStats)
+                      | ("published", WorkerStats) | ("event", Event) | ("done", WorkerStats)
                       | ("error", message) | ("error", WorkerFailure)
     parent -> worker  ("start", start_ns) | ("stop", None) | ("stop", "fast")
 
@@ -30,9 +30,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from mqbench import lifeline
 from mqbench.errors import MqbenchError, TransportError
+from mqbench.process import lifeline
+from mqbench.records.events import Event, EventKind
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
@@ -115,8 +117,8 @@ class Worker:
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send((kind, data))
 
-    def _event(self, kind: str, **details: Any) -> None:
-        self.send_message("event", {"kind": kind, "t_ns": time.time_ns(), **details})
+    def _event(self, kind: EventKind, **details: Any) -> None:
+        self.send_message("event", Event(kind, time.time_ns(), details))
 
     def _on_control(self) -> None:
         try:
@@ -194,7 +196,7 @@ class Worker:
             await asyncio.sleep(0)
         self._client_totals = (totals[0], totals[1], totals[2], totals[3])
 
-    def stats(self, fresh: bool = True) -> dict[str, Any]:
+    def stats(self, fresh: bool = True) -> WorkerStats:
         """Counters reported to the parent (cumulative).
 
         ``fresh=False`` uses the client totals of the last sliced recount instead of
@@ -204,41 +206,41 @@ class Worker:
         if fresh:
             self._client_totals = self._count_clients(self.publishers + self.subscribers)
         connected, pending, puback, refused = self._client_totals
-        return {
-            "worker": self.plan.worker,
-            "pid": os.getpid(),
-            "sent": self.sent_ok,
-            "send_failed": self.send_failed,
-            "send_refused": refused,
-            "acked": self.acked,
-            "received": self.deliveries.count,
-            "role": self.plan.role,
-            "records_written": self.deliveries.written + self.sends.written,
-            "due": loop_stats.due if loop_stats else 0,
-            "late": loop_stats.late if loop_stats else 0,
-            "max_send_lag_ns": loop_stats.max_lag_ns if loop_stats else 0,
-            "timer": loop_stats.timer if loop_stats else None,
-            "timer_wakeups": loop_stats.wakeups if loop_stats else 0,
-            "spin_s": round(loop_stats.spin_ns / 1e9, 6) if loop_stats else 0.0,
-            "wake_margin_us": round(loop_stats.margin_ns / 1e3, 1) if loop_stats else None,
-            "publish_yields": loop_stats.yields if loop_stats else 0,
-            "max_loop_lag_ns": self.max_loop_lag_ns,
-            "connected": connected,
-            "connect_failed": self.connect_failed,
-            "first_connect_error": self.first_connect_error,
-            "connected_ns": self.connected_ns,
-            "disconnects": self.disconnects,
-            "reconnects": self.reconnects,
-            "qos_downgraded": self.qos_downgraded,
-            "publish_qos2_acked_as_qos1": puback,
-            "granted_qos_min": self.granted_qos_min,
-            "outage_total_s": round(self.outage_total_s, 6),
-            "outage_max_s": round(self.outage_max_s, 6),
-            "pending_write_bytes": pending,
-            "cpu_s": time.process_time(),
-            "publish_cpu_fraction": self._publish_cpu_fraction(),
-            "t_ns": time.time_ns(),
-        }
+        return WorkerStats(
+            worker=self.plan.worker,
+            pid=os.getpid(),
+            sent=self.sent_ok,
+            send_failed=self.send_failed,
+            send_refused=refused,
+            acked=self.acked,
+            received=self.deliveries.count,
+            role=self.plan.role,
+            records_written=self.deliveries.written + self.sends.written,
+            due=loop_stats.due if loop_stats else 0,
+            late=loop_stats.late if loop_stats else 0,
+            max_send_lag_ns=loop_stats.max_lag_ns if loop_stats else 0,
+            timer=loop_stats.timer if loop_stats else None,
+            timer_wakeups=loop_stats.wakeups if loop_stats else 0,
+            spin_s=round(loop_stats.spin_ns / 1e9, 6) if loop_stats else 0.0,
+            wake_margin_us=round(loop_stats.margin_ns / 1e3, 1) if loop_stats else None,
+            publish_yields=loop_stats.yields if loop_stats else 0,
+            max_loop_lag_ns=self.max_loop_lag_ns,
+            connected=connected,
+            connect_failed=self.connect_failed,
+            first_connect_error=self.first_connect_error,
+            connected_ns=self.connected_ns,
+            disconnects=self.disconnects,
+            reconnects=self.reconnects,
+            qos_downgraded=self.qos_downgraded,
+            publish_qos2_acked_as_qos1=puback,
+            granted_qos_min=self.granted_qos_min,
+            outage_total_s=round(self.outage_total_s, 6),
+            outage_max_s=round(self.outage_max_s, 6),
+            pending_write_bytes=pending,
+            cpu_s=time.process_time(),
+            publish_cpu_fraction=self._publish_cpu_fraction(),
+            t_ns=time.time_ns(),
+        )
 
     def _publish_cpu_fraction(self) -> float | None:
         """Share of a core the worker was busy while publishing, busy-waiting excluded.
@@ -352,7 +354,7 @@ class Worker:
                 self.outage_total_s += outage
                 self.outage_max_s = max(self.outage_max_s, outage)
                 self._event(
-                    "client_reconnected",
+                    EventKind.CLIENT_RECONNECTED,
                     role=role,
                     client=specs[k].client_id,
                     outage_ms=round(outage * 1000, 3),
@@ -486,7 +488,7 @@ class Worker:
                 *(c.close() for k in chosen if (c := clients[k]) is not None),
                 return_exceptions=True,
             )
-            self._event("churn_disconnected", who=churn.who, clients=ids)
+            self._event(EventKind.CHURN_DISCONNECTED, who=churn.who, clients=ids)
             await asyncio.sleep(churn.downtime_s)
             failed = 0
             for k in chosen:
@@ -495,9 +497,11 @@ class Worker:
                     self.reconnects += 1
                 except TransportError as exc:
                     failed += 1
-                    self._event("error", message=f"reconnect of {specs[k].client_id}: {exc}")
+                    self._event(
+                        EventKind.ERROR, message=f"reconnect of {specs[k].client_id}: {exc}"
+                    )
             self._held_down -= held
-            self._event("churn_reconnected", who=churn.who, clients=ids, failed=failed)
+            self._event(EventKind.CHURN_RECONNECTED, who=churn.who, clients=ids, failed=failed)
             t += int(churn.every_s * 1e9)
 
     async def _reopen(self, spec: Any, client: Client | None, is_sub: bool) -> Client:
@@ -530,7 +534,7 @@ class Worker:
         try:
             if not await self._connect_unless_stopped():
                 return
-            self.send_message("ready", {"connected_ns": self.connected_ns, "stats": self.stats()})
+            self.send_message("ready", self.stats())
             try:
                 start_ns = await self._start
             except asyncio.CancelledError:
@@ -626,7 +630,7 @@ def _raise_open_files_limit() -> None:
 def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     """Process entry point: SIGINT and SIGTERM are the parent's to handle; it sends ``stop``.
 
-    The worker dies with its parent (``mqbench/lifeline.py``): SIGTERM on the parent's
+    The worker dies with its parent (``mqbench/process/lifeline.py``): SIGTERM on the parent's
     death makes it stop and flush.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)

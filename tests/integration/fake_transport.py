@@ -19,6 +19,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
 )
 from mqbench.transports.topics import topic_matches
 
@@ -88,6 +89,9 @@ class DroppingTransport:
     name = "fake"
     protocol = "mqtt"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> Any:
         return FakeClient(options)

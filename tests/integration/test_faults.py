@@ -1,4 +1,4 @@
-"""Issue-6 acceptance: a shortened mq-bench experiment 3 through the built-in fault proxy.
+"""A shortened mq-bench experiment 3 through the built-in fault proxy (docs/faults.md).
 
 10 pairs x 10 msg/s, 1 KiB, 60 s, reset_peer on the subscribers' side with an exponential
 schedule (MTTF 10 s, MTTR 2 s, fixed seed), persistent sessions, QoS 0/1/2, against real
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from mqbench.analysis.faults import fault_metrics, read_events
+from mqbench.analysis.faults import fault_metrics
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
+from mqbench.records.events import EventKind, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 runner = CliRunner()
@@ -109,8 +110,8 @@ def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
     _, results = exp3
     for cell, folder, _, metrics in results.values():
         events = read_events(folder)
-        injected = [e for e in events if e["kind"] == "fault_injected"]
-        recovered = [e for e in events if e["kind"] == "fault_recovered"]
+        injected = [e for e in events if e.kind is EventKind.FAULT_INJECTED]
+        recovered = [e for e in events if e.kind is EventKind.FAULT_RECOVERED]
         proxy_log = json.loads((folder / "proxy_events.json").read_text())
         added = [e for e in proxy_log if e["event"] == "toxic_added"]
         removed = [e for e in proxy_log if e["event"] == "toxic_removed"]
@@ -118,10 +119,10 @@ def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
         assert len(recovered) == len(removed) == len(injected)
         for ours, theirs in zip(injected + recovered, added + removed, strict=True):
             # Our event is written right after the API call returns.
-            assert 0 <= ours["t_ns"] - theirs["t_ns"] < 200_000_000, (ours, theirs)
+            assert 0 <= ours.t_ns - theirs["t_ns"] < 200_000_000, (ours, theirs)
         for ours in injected:
-            assert ours["subscribers"] == list(range(10))
-            assert ours["type"] == "reset_peer"
+            assert ours.details["subscribers"] == list(range(10))
+            assert ours.details["type"] == "reset_peer"
         # Every subscriber connection alive at injection time was reset by the proxy,
         # and resets happen only inside fault windows.
         for toxic in added:

@@ -82,11 +82,12 @@ def test_latency_from_send_agrees_with_an_independent_native_subscriber(
             native.terminate()
             native.wait(5)
     (cell,) = result.cells
-    assert cell["status"] == "completed", cell.get("error")
-    assert cell["params"]["layout"] == layout
-    roles = sorted(w["role"] for w in cell["generator"]["workers"])
+    assert cell.status == "completed", cell.error
+    assert cell.params["layout"] == layout
+    assert cell.generator is not None
+    roles = sorted(str(w.role) for w in cell.generator.workers)
     assert roles == (["both"] if layout == "shared" else ["publishers", "subscribers"])
-    summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell["id"])
+    summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell.id)
     assert summary.lost == 0 and summary.latency_from_send is not None
     assert summary.latency_verdict in ("ok", "generator-bound")
     native_us = _native_latencies_us(captured, summary.window_start_ns, summary.window_end_ns)

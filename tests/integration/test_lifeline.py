@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 HELPER = """
 import subprocess, sys, time
-from mqbench import lifeline
+from mqbench.process import lifeline
 guarded = subprocess.Popen(["sleep", "600"], start_new_session=True)
 released = subprocess.Popen(["sleep", "600"], start_new_session=True)
 lifeline.guard(guarded.pid)

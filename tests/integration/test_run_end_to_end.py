@@ -16,11 +16,13 @@ from typer.testing import CliRunner
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
+from mqbench.records.events import EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
 
+WINDOW_START, WINDOW_END = EventKind.WINDOW_START, EventKind.WINDOW_END
 SHORT = ["--set", "workload.warmup=2s", "--set", "workload.duration=8s"]
 
 
@@ -84,6 +86,9 @@ def test_quickstart_sized_run_on_mosquitto_loses_nothing(tmp_path: Path) -> None
     summary = analyze_cell_numpy(cell, run_dir / "cells" / cell["id"]).to_dict()
     assert_complete_delivery_at_offered_rate(summary)
     assert not summary["generator_saturated"], summary["generator_reason"]
+    events = read_events(run_dir / "cells" / cell["id"])
+    marks = {e.kind: e.t_ns for e in events if e.kind in (WINDOW_START, WINDOW_END)}
+    assert marks == {WINDOW_START: cell["window"]["start_ns"], WINDOW_END: cell["window"]["end_ns"]}
 
 
 def test_qos1_run_on_mosquitto_records_an_ack_for_every_send(tmp_path: Path) -> None:
@@ -166,3 +171,5 @@ def test_ctrl_c_leaves_flushed_records_and_an_interrupted_manifest(tmp_path: Pat
         assert size > 0 and size % RECORD_SIZE == 0
     summary = analyze_cell_numpy(cell, cell_dir).to_dict()
     assert summary["sent"] > 0
+    (end,) = [e.t_ns for e in read_events(cell_dir) if e.kind is WINDOW_END]
+    assert end == cell["window"]["end_ns"]  # the stop, well before the planned end

@@ -1,4 +1,4 @@
-"""Issue-4 acceptance: topologies, exact loss accounting, persistence with churn, QoS 2."""
+"""Topologies (docs/scenarios.md), exact loss accounting, persistence with churn, QoS 2."""
 
 from __future__ import annotations
 

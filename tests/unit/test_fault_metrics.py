@@ -6,6 +6,7 @@ import numpy as np
 
 from mqbench.analysis.faults import fault_metrics, fault_windows
 from mqbench.faults.schedule import downtime_fraction, exponential_schedule, fixed_schedule
+from mqbench.records.events import Event, EventKind
 from mqbench.records.format import RECORD_DTYPE
 from mqbench.records.schedule import intended_ns
 
@@ -33,10 +34,10 @@ def test_fixed_schedule_repeats_every_period() -> None:
 
 def test_fault_windows_pair_injections_with_recoveries() -> None:
     events = [
-        {"t_ns": 5, "kind": "fault_injected"},
-        {"t_ns": 9, "kind": "fault_recovered"},
-        {"t_ns": 20, "kind": "fault_injected"},
-        {"t_ns": 30, "kind": "drain_finished"},
+        Event(EventKind.FAULT_INJECTED, 5),
+        Event(EventKind.FAULT_RECOVERED, 9),
+        Event(EventKind.FAULT_INJECTED, 20),
+        Event(EventKind.DRAIN_FINISHED, 30),
     ]
     assert fault_windows(events) == [(5, 9), (20, 30)]
 

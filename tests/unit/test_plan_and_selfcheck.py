@@ -1,6 +1,7 @@
 import pytest
 
 from mqbench.errors import ScenarioError
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.plan import (
     SPLIT_ABOVE_MSG_S,
@@ -101,61 +102,61 @@ def test_fanout_shards_subscribers_and_leaves_other_workers_without_publishers()
 
 def test_generator_is_flagged_when_sends_are_late() -> None:
     verdict = generator_verdict(
-        [{"worker": 0, "due": 1000, "late": 50, "max_send_lag_ns": 40_000_000}],
+        [WorkerStats(worker=0, due=1000, late=50, max_send_lag_ns=40_000_000)],
         late_threshold_ms=5,
     )
-    assert verdict["saturated"]
-    assert "5.0% of sends were over 5 ms late (max 40.0 ms)" in verdict["reasons"]
+    assert verdict.saturated
+    assert "5.0% of sends were over 5 ms late (max 40.0 ms)" in list(verdict.reasons)
 
 
 def test_generator_is_flagged_when_a_worker_uses_a_whole_core() -> None:
     verdict = generator_verdict(
-        [{"worker": 1, "due": 10, "late": 0, "publish_cpu_fraction": 0.97}], late_threshold_ms=5
+        [WorkerStats(worker=1, due=10, late=0, publish_cpu_fraction=0.97)], late_threshold_ms=5
     )
-    assert verdict["reasons"] == ["worker 1 used 97% of a core"]
+    assert list(verdict.reasons) == ["worker 1 used 97% of a core"]
 
 
 def test_generator_is_flagged_on_event_loop_stalls() -> None:
     verdict = generator_verdict(
-        [{"worker": 0, "due": 10, "late": 0, "max_loop_lag_ns": 120_000_000}], late_threshold_ms=5
+        [WorkerStats(worker=0, due=10, late=0, max_loop_lag_ns=120_000_000)], late_threshold_ms=5
     )
-    assert verdict["reasons"] == ["worker 0 event loop stalled 120 ms"]
+    assert list(verdict.reasons) == ["worker 0 event loop stalled 120 ms"]
 
 
 def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() -> None:
     verdict = generator_verdict(
-        [{"worker": 0, "due": 1000, "late": 5, "send_failed": 3, "publish_cpu_fraction": 0.3}],
+        [WorkerStats(worker=0, due=1000, late=5, send_failed=3, publish_cpu_fraction=0.3)],
         late_threshold_ms=5,
     )
-    assert not verdict["saturated"]
-    assert verdict["warnings"] == ["3 sends were due while their client was disconnected"]
+    assert not verdict.saturated
+    assert list(verdict.warnings) == ["3 sends were due while their client was disconnected"]
 
 
 def test_sends_refused_by_a_full_output_buffer_are_told_apart_from_disconnections() -> None:
     verdict = generator_verdict(
-        [{"worker": 0, "due": 1000, "send_failed": 10, "send_refused": 7}], late_threshold_ms=5
+        [WorkerStats(worker=0, due=1000, send_failed=10, send_refused=7)], late_threshold_ms=5
     )
-    assert verdict["warnings"][0] == "3 sends were due while their client was disconnected"
-    assert verdict["warnings"][1].startswith("7 sends were refused: their connection's output")
+    assert verdict.warnings[0] == "3 sends were due while their client was disconnected"
+    assert verdict.warnings[1].startswith("7 sends were refused: their connection's output")
 
 
 def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos() -> None:
     workers = [
-        {"worker": 0, "due": 100, "qos_downgraded": 6, "granted_qos_min": 1},
-        {"worker": 1, "due": 100, "qos_downgraded": 4, "granted_qos_min": 1},
-        {"worker": 2, "due": 100, "qos_downgraded": 0, "granted_qos_min": None},
+        WorkerStats(worker=0, due=100, qos_downgraded=6, granted_qos_min=1),
+        WorkerStats(worker=1, due=100, qos_downgraded=4, granted_qos_min=1),
+        WorkerStats(worker=2, due=100, qos_downgraded=0, granted_qos_min=None),
     ]
     verdict = generator_verdict(workers, late_threshold_ms=5)
-    assert not verdict["saturated"]
-    (warning,) = verdict["warnings"]
+    assert not verdict.saturated
+    (warning,) = list(verdict.warnings)
     assert "granted 10 subscription(s) QoS 1, lower than asked" in warning
 
 
 def test_qos2_publishes_answered_with_puback_are_a_warning() -> None:
     verdict = generator_verdict(
-        [{"worker": 0, "due": 100, "publish_qos2_acked_as_qos1": 100}], late_threshold_ms=5
+        [WorkerStats(worker=0, due=100, publish_qos2_acked_as_qos1=100)], late_threshold_ms=5
     )
-    assert verdict["warnings"] == [
+    assert list(verdict.warnings) == [
         "the broker answered 100 QoS 2 publish(es) with PUBACK: it treats QoS 2 as QoS 1 "
         "(at least once, duplicates possible)"
     ]

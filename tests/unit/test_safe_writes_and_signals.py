@@ -19,18 +19,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis_fixtures import intended, make_cell, records, sends_ok, write_manifest
 
-from mqbench import interrupts
 from mqbench.analysis.compare import InvalidCellsError, compare_runs
 from mqbench.brokers.liveness import BrokerExit, ContainerExitWatch
 from mqbench.brokers.sampler import ResourceSampler
 from mqbench.cli.app import app
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import ResultsWriteError, ScenarioError
-from mqbench.interrupts import StopRequested, StopSignals, exit_code_for
+from mqbench.process import interrupts
+from mqbench.process.interrupts import StopRequested, StopSignals, exit_code_for
+from mqbench.records.events import EventKind, EventLog
 from mqbench.records.format import SEND_FAILED
 from mqbench.records.results import SpaceReserve, write_json_atomic
 from mqbench.scenario.loader import read_scenario_data
-from mqbench.workload.events import EventLog
 
 runner = CliRunner()
 
@@ -79,19 +79,19 @@ def test_an_event_that_cannot_be_written_whole_leaves_no_torn_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = EventLog(tmp_path / "events.jsonl")
-    log.write("first", n=1)
+    log.write(EventKind.WARNING, n=1)
     real_write = os.write
 
     def short_write(fd: int, data: bytes) -> int:
         return real_write(fd, data[:10])
 
     monkeypatch.setattr(os, "write", short_write)
-    log.write("second", n=2)
+    log.write(EventKind.ERROR, n=2)
     monkeypatch.setattr(os, "write", real_write)
-    log.write("third", n=3)  # dropped: the log stopped at the first failure
+    log.write(EventKind.ERROR, n=3)  # dropped: the log stopped at the first failure
     log.close()
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
-    assert [json.loads(line)["kind"] for line in lines] == ["first"]
+    assert [json.loads(line)["kind"] for line in lines] == ["warning"]
     assert log.error is not None and log.error.errno == errno.ENOSPC
 
 

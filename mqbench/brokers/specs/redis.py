@@ -52,6 +52,7 @@ def _quote(value: str) -> str:
 class RedisSpec(NativeSpec):
     """redis-server with a generated config file, Pub/Sub limits written explicitly."""
 
+    option_defaults = DEFAULTS
     name = "redis"
     executable = "redis-server"
     install_hint = "apt-get install redis-server"

@@ -38,11 +38,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from mqbench import __version__, lifeline
+from mqbench import __version__
 from mqbench.brokers.net import free_port, recv_line, tcp_connect
 from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options, run_for_output
 from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
+from mqbench.process import lifeline
 
 DEFAULTS: dict[str, Any] = {
     "persistence": "memory",
@@ -282,6 +283,7 @@ class PostgresService:
 class TbmqStyleSpec(NativeSpec):
     """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
 
+    option_defaults = DEFAULTS
     name = "tbmq-style"
     executable = "python"
     install_hint = "built into mqbench (pip install -e .)"

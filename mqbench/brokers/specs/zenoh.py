@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
 class ZenohSpec(NativeSpec):
     """A zenoh router in router mode on one loopback TCP endpoint."""
 
+    option_defaults = DEFAULTS
     name = "zenoh"
     executable = "eclipse-zenoh (python module zenoh)"
     install_hint = "pip install eclipse-zenoh"

@@ -26,7 +26,14 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    Endpoint,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+)
 
 
 class AioPikaTransport:
@@ -35,6 +42,9 @@ class AioPikaTransport:
     name: str = "aio-pika"
     protocol: str = "amqp"
     max_qos: int = 1
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AioPikaClient:
         """Return a new, unconnected client."""

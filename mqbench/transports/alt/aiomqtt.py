@@ -21,7 +21,14 @@ from typing import Any
 import aiomqtt
 
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    Endpoint,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+)
 
 
 class AiomqttTransport:
@@ -30,6 +37,9 @@ class AiomqttTransport:
     name: str = "aiomqtt"
     protocol: str = "mqtt"
     max_qos: int = 1
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AiomqttClient:
         """Return a new, unconnected client."""

@@ -28,6 +28,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
 )
 
 
@@ -210,6 +211,9 @@ class NatsPyTransport:
     name = "nats-py"
     protocol = "nats"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsPyClient:
         """Return a new, unconnected ``NatsPyClient``."""

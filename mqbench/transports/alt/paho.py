@@ -34,7 +34,14 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    Endpoint,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+)
 
 
 class PahoTransport:
@@ -43,6 +50,9 @@ class PahoTransport:
     name: str = "paho"
     protocol: str = "mqtt"
     max_qos: int = 1
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> PahoClient:
         """Return a new, unconnected client."""

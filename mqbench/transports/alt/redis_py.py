@@ -28,6 +28,7 @@ from mqbench.transports.base import (
     Endpoint,
     MessageHandler,
     Sender,
+    TransportCapabilities,
 )
 
 READ_TIMEOUT_S = 1.0
@@ -234,6 +235,9 @@ class RedisPyTransport:
     name = "redis-py"
     protocol = "redis"
     max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisPyClient:
         """Return a new, unconnected ``RedisPyClient``."""

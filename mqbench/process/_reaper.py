@@ -1,4 +1,4 @@
-"""The orphan reaper (see ``mqbench/lifeline.py``); run as ``python -I -S _reaper.py``.
+"""The orphan reaper (see ``mqbench/process/lifeline.py``); run as ``python -I -S _reaper.py``.
 
 Standard library only, no mqbench imports: it starts in a few milliseconds and keeps
 working whatever state mqbench is in. Protocol on stdin, one line per message::

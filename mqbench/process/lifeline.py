@@ -8,7 +8,7 @@ Two mechanisms, because neither covers every case alone (docs/results.md, "Failu
   (:func:`preexec_die_with_parent`). The kernel clears it when a child changes its user or
   group or executes a set-uid binary, and a child's own children do not inherit it (a
   broker's helper processes, a shell script that starts a JVM).
-- The orphan reaper (``mqbench/_reaper.py``): one small stdlib-only process per mqbench
+- The orphan reaper (``mqbench/process/_reaper.py``): one small stdlib-only process per mqbench
   process, in its own session, reading a pipe whose only writer is mqbench. Processes that
   must not outlive mqbench are registered with it (:func:`guard`) and unregistered once
   stopped (:func:`release`). When mqbench exits in any way the pipe reaches end-of-file and

@@ -1,0 +1,72 @@
+"""What a run would do, cell by cell, without doing it (``mqbench run --dry-run``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqbench.scenario.matrix import Cell
+from mqbench.scenario.model import Scenario
+from mqbench.workload.capacity import RESERVE_BYTES, free_bytes, record_bytes, result_bytes
+from mqbench.workload.plan import process_count, resolve_layout, worker_count
+
+
+@dataclass(frozen=True)
+class CellOutline:
+    """One cell as it would run."""
+
+    cell: Cell
+    workers: int
+    """Worker processes."""
+    layout: str
+    """``shared`` or ``split`` (``generator.layout``)."""
+    seconds: float
+    """Warm-up + measured duration + drain."""
+    record_bytes: int
+
+
+@dataclass(frozen=True)
+class RunOutline:
+    """Every cell of a run, how long it takes at least and whether its results fit."""
+
+    cells: list[CellOutline]
+    load_s: float
+    """Load time of all cells (broker start-up and analysis not included)."""
+    result_bytes: int
+    """Estimated result folder size, the space reserve included."""
+    disk: Path
+    """The existing folder whose file system would hold the results."""
+    free_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        """The results fit on the disk (``run`` refuses otherwise)."""
+        return self.result_bytes <= self.free_bytes
+
+
+def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path) -> RunOutline:
+    """The outline of running ``cells`` of ``scenario`` into ``out_root``."""
+    cpus = os.cpu_count() or 1
+    rows = []
+    for cell in cells:
+        workers = worker_count(scenario.generator.workers, cell.connections, cpus)
+        layout = resolve_layout(scenario.generator.layout, cell)
+        rows.append(
+            CellOutline(
+                cell=cell,
+                workers=process_count(layout, workers, cell.publishers, cell.subscribers),
+                layout=layout,
+                seconds=cell.warmup_s + cell.duration_s + cell.drain_s,
+                record_bytes=record_bytes(cell),
+            )
+        )
+    where, free = free_bytes(out_root)
+    return RunOutline(
+        cells=rows,
+        load_s=sum(r.seconds for r in rows),
+        result_bytes=result_bytes(cells) + RESERVE_BYTES,
+        disk=where,
+        free_bytes=free,
+    )

@@ -1,0 +1,126 @@
+"""Everything ``run`` refuses before it creates a result folder or starts a broker.
+
+``scenario validate``, ``run --dry-run`` and ``run`` call the same :func:`preflight`, so a
+scenario that validates is one ``run`` accepts: the load fits the machine
+(``workload.capacity``), every client can give what the scenario asks (the transport's
+``capabilities``: QoS, persistent sessions, wildcard filters), the topologies can be built
+(group filters, fault targets, worker shards), the runtime can run every target with the
+given broker options and resource profiles, the fault toxic is valid and a configured
+Toxiproxy answers, and, with an output folder, the results fit on its disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from mqbench.brokers.native_profiles import check_native_profile
+from mqbench.brokers.profiles import profile_names
+from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.targets import get_target
+from mqbench.errors import BrokerError, ScenarioError
+from mqbench.faults.driver import check_faults
+from mqbench.records.results import check_output_root
+from mqbench.scenario.matrix import Cell, broker_options, expand
+from mqbench.scenario.model import Scenario
+from mqbench.transports.registry import get_transport, resolve_client
+from mqbench.transports.topics import is_filter
+from mqbench.workload.capacity import check_disk_space, check_fits
+from mqbench.workload.plan import worker_count
+from mqbench.workload.topology import build_topology, fault_targets
+
+
+def preflight(
+    scenario: Scenario, cells: Sequence[Cell] | None = None, out_root: Path | None = None
+) -> list[Cell]:
+    """Raise the first reason ``scenario`` cannot run (a typed ``MqbenchError``, one line).
+
+    ``cells`` are the cells to run (default: all of them); ``out_root`` is where results go
+    (None: the output folder and disk space are not checked). Returns the cells checked.
+    """
+    chosen = list(expand(scenario) if cells is None else cells)
+    if out_root is not None:
+        check_output_root(out_root)
+    check_fits(scenario, chosen)  # first: it is cheap, the topologies below are not
+    check_clients(scenario)
+    check_resources(scenario)
+    check_cells(scenario, chosen)
+    if out_root is not None:
+        check_disk_space(chosen, out_root)
+    check_targets(scenario, chosen)
+    if scenario.faults is not None:
+        check_faults(scenario.faults)
+    return chosen
+
+
+def check_clients(scenario: Scenario) -> None:
+    """Every client of every target can give the QoS and sessions the scenario asks for."""
+    for target_name in scenario.targets:
+        target = get_target(target_name)
+        for client in scenario.client:
+            name = resolve_client(target.transport, client)
+            capabilities = get_transport(name).capabilities
+            for qos in scenario.workload.qos:
+                if qos > capabilities.max_qos:
+                    raise ScenarioError(
+                        f"target {target_name!r}: QoS {qos} is not supported by the "
+                        f"{name} client (max QoS {capabilities.max_qos})"
+                    )
+            if scenario.workload.is_persistent and not capabilities.persistent_sessions:
+                raise ScenarioError(
+                    f"target {target_name!r}: the {name} client ({target.transport}) has no "
+                    "persistent sessions (set workload.persistent: false)"
+                )
+
+
+def check_resources(scenario: Scenario) -> None:
+    """Resource profiles exist and, for native brokers, fit this machine's cgroups."""
+    known_profiles = profile_names()
+    for profile in scenario.resources:
+        if profile is not None and profile not in known_profiles:
+            raise ScenarioError(
+                f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
+            )
+        if profile is not None and scenario.runtime == "native":
+            # More CPUs than the machine has, or no cgroup write access: refused here,
+            # before a result folder exists or a broker starts.
+            check_native_profile(profile)
+
+
+def check_cells(scenario: Scenario, cells: Sequence[Cell]) -> None:
+    """Every cell's topology can be built, sharded and served by its client."""
+    cpus = os.cpu_count() or 1
+    for cell in cells:
+        worker_count(scenario.generator.workers, cell.connections, cpus)
+        topology = build_topology(cell, "check", scenario.seed)
+        if scenario.faults is not None:
+            fault_targets(topology, scenario.faults.target)
+        protocol = get_target(cell.target).transport
+        client = resolve_client(protocol, cell.client)
+        wildcards = any(is_filter(s.topic_filter) for s in topology.subscribers)
+        if wildcards and not get_transport(client).capabilities.wildcard_filters:
+            raise ScenarioError(
+                f"target {cell.target!r}: topology {cell.topology!r} subscribes with wildcard "
+                f"filters, which the {client} client does not support (exact topics only)"
+            )
+
+
+def check_targets(scenario: Scenario, cells: Sequence[Cell]) -> None:
+    """The runtime can run every target here, with every cell's broker options."""
+    runtime = get_runtime(scenario.runtime)
+    for target_name in scenario.targets:
+        availability = runtime.availability(target_name)
+        if not availability.available:
+            raise BrokerError(f"target {target_name!r}: {availability.reason}")
+    seen: set[tuple[str, tuple[tuple[str, object], ...]]] = set()
+    for cell in cells:
+        options = broker_options(scenario, cell)
+        key = (cell.target, tuple(sorted((k, repr(v)) for k, v in options.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            runtime.check_options(cell.target, options)
+        except BrokerError as exc:
+            raise BrokerError(f"target {cell.target!r}: {exc}") from None
