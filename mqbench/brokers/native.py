@@ -28,9 +28,9 @@ from mqbench import interrupts, lifeline
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter
+from mqbench.brokers.native_spec import NativeSpec
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.specs import native_specs
-from mqbench.brokers.specs.base import NativeSpec
 from mqbench.brokers.targets import Target, get_target
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError

@@ -32,7 +32,7 @@ from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:
     from mqbench.brokers.cgroups import BrokerCgroup
-    from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+    from mqbench.brokers.native_spec import LaunchPlan, NativeSpec
 
 PROFILE_KEYS = ("resources", "profile")
 """Option keys that name a profile (``resources`` from scenarios, ``profile`` from

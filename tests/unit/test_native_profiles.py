@@ -10,16 +10,16 @@ from cgroup_fakes import Machine, v1_machine
 from typer.testing import CliRunner
 
 from mqbench.brokers.cgroups import CgroupManager
+from mqbench.brokers.jvm import jvm_profile_argv
 from mqbench.brokers.native_profiles import (
     NativeLimiter,
     check_fits,
     check_native_profile,
     split_profile,
 )
+from mqbench.brokers.native_spec import LaunchPlan
 from mqbench.brokers.profiles import get_profile
 from mqbench.brokers.specs.activemq import ActiveMqSpec
-from mqbench.brokers.specs.base import LaunchPlan
-from mqbench.brokers.specs.jvm import jvm_profile_argv
 from mqbench.brokers.specs.mosquitto import MosquittoSpec
 from mqbench.brokers.specs.nats import NatsSpec
 from mqbench.brokers.specs.rabbitmq import RabbitMqSpec

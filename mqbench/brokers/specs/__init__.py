@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mqbench.brokers.specs.base import NativeSpec
+from mqbench.brokers.native_spec import NativeSpec
 
 if TYPE_CHECKING:
     from mqbench.brokers.maven import JavaDistribution
@@ -32,7 +32,7 @@ def native_specs() -> dict[str, NativeSpec]:
 
 def maven_distributions() -> dict[str, JavaDistribution]:
     """The Java brokers fetched from Maven Central, by spec name (``mqbench brokers fetch``)."""
-    from mqbench.brokers.specs.jvm import MavenJvmSpec
+    from mqbench.brokers.jvm import MavenJvmSpec
 
     return {
         name: spec.distribution

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import quoteattr
 
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, merged_options
-from mqbench.brokers.specs.jvm import jvm_profile_argv, refuse_heap_with_profile
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.jvm import jvm_profile_argv, refuse_heap_with_profile
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
+from mqbench.brokers.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from mqbench.brokers.jvm import MavenJvmSpec, check_heap, check_well_formed
 from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.specs.base import LaunchPlan, merged_options
-from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.probes import mqtt_probe
 
 ARTEMIS_VERSION = "2.55.0"
 """Newest release whose MQTT module Maven Central serves here (2.56.0's server jar resolves,

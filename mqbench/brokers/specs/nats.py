@@ -12,24 +12,20 @@ manifest. The log goes to stderr, which the runtime redirects into ``<workdir>/n
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
 import sys
 import sysconfig
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import (
+from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.probes import nats_probe
 
 if TYPE_CHECKING:
     from mqbench.brokers.profiles import Profile
@@ -111,28 +107,5 @@ class NatsSpec(NativeSpec):
         }
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
-        """Read the server's ``INFO`` line, then ``CONNECT`` + ``PING`` and expect ``PONG``.
-
-        ``-ERR 'Authorization Violation'`` (a config that requires credentials) also counts
-        as ready: the server answered the protocol.
-        """
-        deadline = time.monotonic() + timeout_s
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        try:
-            info = recv_line(sock, deadline)
-            if not info.startswith(b"INFO "):
-                return False
-            json.loads(info[5:])
-            sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"name":"mqbench-ready"}\r\n')
-            sock.sendall(b"PING\r\n")
-            reply = recv_line(sock, deadline)
-            return reply == b"PONG\r\n" or reply.startswith(b"-ERR 'Authorization Violation'")
-        except (OSError, ValueError):
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+        """``INFO``, then ``CONNECT`` + ``PING`` answered by ``PONG`` (``probes.nats_probe``)."""
+        return nats_probe(host, port, timeout_s)

@@ -31,15 +31,13 @@ How it runs without systemd, as root, next to other nodes (see docs/brokers.md):
 from __future__ import annotations
 
 import contextlib
-import struct
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.net import free_port
+from mqbench.brokers.probes import amqp_probe, mqtt_probe
 from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:
@@ -64,26 +62,7 @@ runtime's port is used). ``mqtt``: enable the MQTT plugin (None: only for rabbit
 SCRIPT_PATH = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 """The real start script on Debian (``/usr/sbin/rabbitmq-server`` is a ``su`` wrapper)."""
 
-AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 EPMD_NAME = "epmd"
-
-
-def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
-    """Send the AMQP 0-9-1 protocol header and expect ``Connection.Start`` on channel 0."""
-    deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
-    if sock is None:
-        return False
-    try:
-        sock.sendall(AMQP_PROTOCOL_HEADER)
-        head = recv_exactly(sock, 11, deadline)
-        frame_type, channel, _size, class_id, method_id = struct.unpack(">BHIHH", head)
-        return (frame_type, channel, class_id, method_id) == (1, 0, 10, 10)
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            sock.close()
 
 
 def find_epmd(port: int) -> list[int]:

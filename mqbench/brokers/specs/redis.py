@@ -17,21 +17,18 @@ cap; Redis lowers it itself (and logs it) when the file limit is smaller.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import (
+from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.probes import redis_probe
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -125,23 +122,5 @@ class RedisSpec(NativeSpec):
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
-        """Send ``PING`` and expect ``+PONG``.
-
-        ``-NOAUTH`` (a password is configured) also counts: the server answered RESP.
-        ``-LOADING`` does not.
-        """
-        deadline = time.monotonic() + timeout_s
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        try:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            reply = recv_line(sock, deadline)
-            return reply == b"+PONG\r\n" or reply.startswith(b"-NOAUTH")
-        except OSError:
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+        """``PING`` answered by ``+PONG`` or ``-NOAUTH`` (``probes.redis_probe``)."""
+        return redis_probe(host, port, timeout_s)

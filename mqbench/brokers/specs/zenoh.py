@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.net import tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 from mqbench.errors import BrokerError
 

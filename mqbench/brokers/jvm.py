@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbench.brokers import maven
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec
 from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:
