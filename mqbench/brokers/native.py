@@ -1,4 +1,4 @@
-"""The native runtime: brokers as local processes on 127.0.0.1, one spec per broker.
+"""The native runtime: brokers as local processes on 127.0.0.1, one spec per target.
 
 ``NativeRuntime.start`` picks a port (or checks the requested one), lets the target's spec
 write its config into the request's work directory, starts the broker in its own session
@@ -7,9 +7,11 @@ succeeds, the process exits, or ``startup_timeout_s`` passes. Whatever fails, no
 started is left running. ``NativeBroker.stop`` sends SIGTERM to the broker's PID, waits up
 to 10 s, then SIGKILLs it.
 
-A ``resources`` option (a profile) goes to ``native_profiles.NativeLimiter``: the spec's
-thread knobs are applied to the plan, the broker starts inside a cgroup of its own, and the
-cgroup is removed after the broker stopped (``info["resources"]`` records what was applied).
+The runtime knows no broker by name: the target's definition (``registry.py``) gives the
+spec, and for a ``resources`` option (a profile) the thread knobs that
+``native_profiles.NativeLimiter`` applies to the plan; the broker then starts inside a
+cgroup of its own, removed after the broker stopped (``info["resources"]`` records what was
+applied).
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter
 from mqbench.brokers.native_spec import NativeSpec
 from mqbench.brokers.net import free_port, port_in_use
-from mqbench.brokers.specs import native_specs
-from mqbench.brokers.targets import Target, get_target
+from mqbench.brokers.registry import Target, get_definition, get_target, native_specs
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 
@@ -221,7 +222,7 @@ class NativeRuntime:
     name = "native"
 
     def __init__(self, specs: Mapping[str, NativeSpec] | None = None) -> None:
-        """Use the given specs by name (default: every spec mqbench ships)."""
+        """Use the given specs by name (default: a fresh spec of every registered target)."""
         self.specs: dict[str, NativeSpec] = dict(native_specs() if specs is None else specs)
 
     def spec_for(self, target: str) -> NativeSpec:
@@ -293,7 +294,8 @@ class NativeRuntime:
         version = spec.version(binary)
         argv = plan.argv
         if limiter is not None:
-            plan = limiter.tune(spec, plan, options)
+            knobs = get_definition(request.target).knobs
+            plan = limiter.tune(knobs, spec.name, plan, options)
             argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
         process: subprocess.Popen[bytes] | None = None

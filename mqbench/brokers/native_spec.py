@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
+    pass
 
 
 @dataclass(frozen=True)
@@ -76,18 +76,6 @@ class NativeSpec(ABC):
     def missing_reason(self) -> str:
         """One line saying what is missing when ``find_binary`` returns None, and the fix."""
         return f"{self.executable} not found; install it with: {self.install_hint}"
-
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """Apply a resource profile's thread (and heap) settings to the launch plan.
-
-        A CPU quota does not change how many CPUs a runtime *sees*, so Go, the BEAM and the
-        JVM would size their pools to the host (``mqbench/brokers/profiles.py``). Returns
-        the new plan and the settings applied, for the manifest. Default: the broker has no
-        such setting (single-threaded brokers, or none is known) and nothing changes.
-        """
-        return plan, {}
 
     def companion_pids(self, plan: LaunchPlan) -> list[int]:
         """Processes the broker started outside its own process tree that must stop with it.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbench.brokers.targets import get_target
+from mqbench.brokers.registry import get_target
 from mqbench.calibration.store import LoadedCalibration
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario

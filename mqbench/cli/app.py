@@ -313,8 +313,8 @@ def targets() -> None:
     """List every known target and which runtimes can run it on this machine."""
 
     def go() -> None:
+        from mqbench.brokers.registry import get_target, target_names
         from mqbench.brokers.runtimes import get_runtime
-        from mqbench.brokers.targets import get_target, target_names
 
         runtimes = [get_runtime(name) for name in ("native", "docker")]
         table = Table(title="targets", title_justify="left")

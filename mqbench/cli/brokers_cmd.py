@@ -32,8 +32,8 @@ from mqbench.brokers.docker import ComposeProject, DockerBroker, DockerCli
 from mqbench.brokers.native import NativeBroker, read_tail
 from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
+from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.targets import get_target
 from mqbench.cli.errors import guarded
 from mqbench.errors import BrokerError, UsageError
 
@@ -421,7 +421,7 @@ def fetch(
 
     def go() -> None:
         from mqbench.brokers import maven
-        from mqbench.brokers.specs import maven_distributions
+        from mqbench.brokers.registry import maven_distributions
 
         dists = maven_distributions()
         names = targets or list(dists)

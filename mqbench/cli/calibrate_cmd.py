@@ -31,12 +31,12 @@ def _cores(value: float | None) -> str:
 def select_targets(requested: list[str]) -> list[str]:
     """The broker targets to measure: the requested ones (each must run natively here) or,
     with none requested, every target the native runtime can run; errors are one line."""
+    from mqbench.brokers.registry import target_names
     from mqbench.brokers.runtimes import get_runtime
-    from mqbench.brokers.targets import TARGETS, target_names
 
     runtime = get_runtime("native")
     for name in requested:
-        if name not in TARGETS:
+        if name not in target_names():
             raise UsageError(
                 f"--target {name!r}: unknown target (known: {', '.join(target_names())})"
             )
@@ -182,7 +182,7 @@ def calibrate(
     """
 
     def go() -> None:
-        from mqbench.brokers.targets import get_target
+        from mqbench.brokers.registry import get_target
         from mqbench.calibration import store
         from mqbench.calibration.relays import RELAY_PROTOCOLS
         from mqbench.calibration.runner import CalibrationRequest, calibrate, default_settings

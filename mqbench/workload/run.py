@@ -17,9 +17,9 @@ from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.liveness import BrokerExit, WatchesExit
 from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
+from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
-from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.records.manifest import Manifest

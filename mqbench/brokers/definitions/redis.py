@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
@@ -73,7 +75,7 @@ class RedisSpec(NativeSpec):
                 f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts['pubsub_buffer_limit']!r}"
             )
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/redis.py)",
+            "# written by mqbench (mqbench/brokers/definitions/redis.py)",
             f"bind {host}",
             f"port {port}",
             "protected-mode yes",
@@ -124,3 +126,21 @@ class RedisSpec(NativeSpec):
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """``PING`` answered by ``+PONG`` or ``-NOAUTH`` (``probes.redis_probe``)."""
         return redis_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "redis",
+    (
+        TargetDefinition(
+            "redis",
+            "Redis 7",
+            "redis",
+            "Redis 7 Pub/Sub over RESP",
+            6379,
+            native=RedisSpec,
+            native_source="Debian package redis-server",
+            compose=ComposeEntry("redis.yaml", "redis"),
+        ),
+    ),
+)
+"""Redis: its I/O threads are an option (``io_threads``), not a profile knob."""

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
@@ -74,7 +76,7 @@ class MosquittoSpec(NativeSpec):
         opts = merged_options("mosquitto", DEFAULTS, options)
         user = str(opts["user"]) if opts["user"] else _current_user()
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/mosquitto.py)",
+            "# written by mqbench (mqbench/brokers/definitions/mosquitto.py)",
             f"user {user}",
             f"listener {port} {host}",
             "allow_anonymous true",
@@ -130,3 +132,21 @@ class MosquittoSpec(NativeSpec):
         disables anonymous access) still proves the broker is up and speaking MQTT.
         """
         return mqtt_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "mosquitto",
+    (
+        TargetDefinition(
+            "mosquitto",
+            "Eclipse Mosquitto 2",
+            "mqtt",
+            "Eclipse Mosquitto 2 over MQTT",
+            1883,
+            native=MosquittoSpec,
+            native_source="Debian package mosquitto",
+            compose=ComposeEntry("mosquitto.yaml", "mosquitto"),
+        ),
+    ),
+)
+"""Mosquitto: single-threaded, so a native profile sets no knob."""

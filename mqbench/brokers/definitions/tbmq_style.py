@@ -19,6 +19,8 @@ from typing import Any
 
 from mqbench import __version__
 from mqbench.brokers.backing_services import PostgresService, RedisService
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.probes import mqtt_probe
 
@@ -138,4 +140,19 @@ def _port_of(argv: list[str]) -> str:
     return argv[argv.index("--port") + 1] if "--port" in argv else ""
 
 
-__all__ = ["DEFAULTS", "TbmqStyleSpec"]
+DEFINITION = BrokerDefinition(
+    "tbmq-style",
+    (
+        TargetDefinition(
+            "tbmq-style",
+            "mqbench TBMQ-style broker",
+            "mqtt",
+            "mqbench's built-in TBMQ-style MQTT broker (mqbench/broker)",
+            1883,
+            native=TbmqStyleSpec,
+            native_source="built into mqbench",
+            compose=ComposeEntry("tbmq-style.yaml", "broker", min_startup_s=120.0),
+        ),
+    ),
+)
+"""mqbench's own broker (docs/broker.md): one asyncio process, no profile knob."""

