@@ -17,6 +17,7 @@ applied).
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import subprocess
@@ -25,6 +26,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from mqbench import interrupts, lifeline
 from mqbench.brokers.base import Availability, StartRequest
@@ -174,32 +177,74 @@ class NativeBroker:
         self.stop()
 
 
-def _alive(pid: int) -> bool:
+SAME_PROCESS_TOLERANCE_S = 1.0
+"""How far a PID's start time may be from the recorded one and still be the same process."""
+
+
+def process_alive(pid: int, started_at: float | None = None) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone).
+
+    With ``started_at`` (the process's start time as ``psutil`` reports it, recorded when
+    it was started), a PID the kernel has since given to another process counts as gone:
+    mqbench never signals a process it did not start.
+    """
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        moved_on = started_at is not None and (
+            abs(proc.create_time() - started_at) > SAME_PROCESS_TOLERANCE_S
+        )
+        if moved_on:
+            return False
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        # A zombie (exited, not yet reaped by its parent) counts as gone.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True
+    except psutil.AccessDenied:
+        return started_at is None
 
 
-def stop_pid(pid: int, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM a process that is not our child, wait up to ``grace_s``, then SIGKILL it."""
+class StopOutcome(enum.Enum):
+    """What ``stop_pid`` found and did."""
+
+    NOT_RUNNING = "was not running"
+    STOPPED = "stopped"
+    KILLED = "killed after SIGTERM timed out"
+
+
+def stop_pid(
+    pid: int,
+    grace_s: float = STOP_GRACE_S,
+    *,
+    started_at: float | None = None,
+    process_group: bool = False,
+) -> StopOutcome:
+    """SIGTERM a process that is not our child, wait up to ``grace_s``, then SIGKILL it.
+
+    ``started_at``: only a process started then is signalled (``process_alive``).
+    ``process_group``: when ``pid`` leads its own process group (brokers start in a new
+    session), the whole group gets the signals, so helpers it started stop with it.
+    """
+    if not process_alive(pid, started_at):
+        return StopOutcome.NOT_RUNNING
+    send = os.kill
+    if process_group:
+        try:
+            if os.getpgid(pid) == pid:
+                send = os.killpg
+        except ProcessLookupError:
+            return StopOutcome.NOT_RUNNING
+    outcome = StopOutcome.STOPPED
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
         try:
-            os.kill(pid, sig)
+            send(pid, sig)
         except ProcessLookupError:
-            return
+            return outcome
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
+            if not process_alive(pid, started_at):
+                return outcome
             time.sleep(POLL_INTERVAL_S)
+        outcome = StopOutcome.KILLED
+    return outcome
 
 
 def _releaser(limiter: NativeLimiter, info: dict[str, Any]) -> Callable[[], None]:
