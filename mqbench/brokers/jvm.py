@@ -1,11 +1,11 @@
-"""What the JVM brokers share: heap flags, resource-profile settings, Maven-fetched jars.
+"""What the JVM brokers share: heap flags and option checks, Maven-fetched jars.
 
 Heap: every JVM broker gets explicit ``-Xms``/``-Xmx`` (recorded as ``heap_min``/``heap_max``
 in ``info["settings"]``), so the JVM's ergonomics (a quarter of the host's RAM) never decide
 it silently. Under a resource profile the heap is the profile's (half its memory limit,
 ``-Xms`` = ``-Xmx``) and ``-XX:ActiveProcessorCount`` is its CPU count, as in the Docker
-profiles; an explicit ``heap`` option together with a profile is refused rather than one of
-them being ignored.
+profiles (``knobs.JvmFlags``, named by each JVM broker's definition); an explicit ``heap``
+option together with a profile is refused rather than one of them being ignored.
 
 ``MavenJvmSpec`` is the base of brokers run from Maven Central jars
 (``mqbench/brokers/maven.py``): ``java`` with the broker's jars and a compiled launcher on
@@ -18,14 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mqbench.brokers import maven
 from mqbench.brokers.native_spec import NativeSpec
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    pass
 
 HEAP_RE = re.compile(r"^\d+[kKmMgG]?$")
 

@@ -2,8 +2,9 @@
 
 A spec finds the broker's executable, says how to install it when it is missing, writes
 the broker's config into the instance's work directory, builds the command line, checks
-readiness at the protocol level and reports the version. The runtime (``native.py``) does
-everything else: ports, process start and stop, timeouts, logs and error messages.
+readiness at the protocol level (``probes.py``) and reports the version. The runtime
+(``native.py``) does everything else: ports, process start and stop, timeouts, logs and
+error messages. A broker's definition (``definition.py``) names its spec.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from mqbench.brokers.compose import ComposeEntry
@@ -35,9 +35,6 @@ from mqbench.brokers.knobs import JvmFlags
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
 from mqbench.brokers.probes import mqtt_probe
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    pass
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 LAUNCHER_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"

@@ -16,7 +16,7 @@ import sys
 import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
@@ -29,9 +29,6 @@ from mqbench.brokers.native_spec import (
     run_for_output,
 )
 from mqbench.brokers.probes import nats_probe
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
@@ -42,9 +42,6 @@ from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.net import free_port
 from mqbench.brokers.probes import amqp_probe, mqtt_probe
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULTS: dict[str, Any] = {
     "amqp_port": None,
