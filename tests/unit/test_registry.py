@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from mqbench.brokers import docker, external, native, native_profiles, registry
+from mqbench.brokers import docker, external, manage, native, native_profiles, registry
 from mqbench.brokers.definition import DockerHooks
 from mqbench.brokers.knobs import ErlangSchedulers, GoMaxProcs, JvmFlags, NoKnobs
 
@@ -72,6 +72,6 @@ def string_constants(module: ModuleType) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("module", [native, docker, external, native_profiles])
+@pytest.mark.parametrize("module", [native, docker, external, native_profiles, manage])
 def test_the_generic_runtimes_name_no_broker(module: ModuleType) -> None:
     assert string_constants(module) & set(registry.target_names()) == set()
