@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mqbench.brokers.base import Availability
+from mqbench.brokers.registry import Target, get_target, target_names
 from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.targets import Target, get_target, target_names
 
 LISTED_RUNTIMES = ("native", "docker")
 """Runtimes that start brokers themselves (``external`` can point at any target)."""

@@ -1,6 +1,6 @@
 """Contracts between the engine and the broker runtimes.
 
-A *target* is a broker plus the transport used to talk to it (``targets.py``). A *runtime*
+A *target* is a broker plus the transport used to talk to it (``registry.py``). A *runtime*
 starts a broker for a target and hands back a ``RunningBroker``: where it listens, which
 processes to sample, what to write into the manifest, and how to stop it.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from mqbench.transports.base import Endpoint
+from mqbench.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from mqbench.brokers.sampler import SampleSource

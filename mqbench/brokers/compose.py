@@ -1,8 +1,9 @@
-"""The compose files in ``compose/``: which file runs which target, and variable resolution.
+"""Compose files in ``compose/``: the entry a broker definition gives, and variable resolution.
 
-Each target maps to one compose file, the service that *is* the broker, and the variable
-that sets its published port (``MQBENCH_PORT`` for most; the RabbitMQ file serves two
-targets and has ``MQBENCH_MQTT_PORT`` and ``MQBENCH_AMQP_PORT``). Other published ports
+A target that runs in Docker names, in its definition (``mqbench/brokers/definitions/``), a
+``ComposeEntry``: the compose file, the service that *is* the broker, and the variable that
+sets its published port (``MQBENCH_PORT`` for most; the RabbitMQ file serves two targets and
+has ``MQBENCH_MQTT_PORT`` and ``MQBENCH_AMQP_PORT``). Other published ports
 (``extra_ports``) get free host ports too, so two projects never clash.
 
 ``interpolate`` implements Compose's variable syntax (``$$``, ``$VAR``, ``${VAR}``,
@@ -37,10 +38,9 @@ def compose_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class ComposeTarget:
-    """How the docker runtime runs one target."""
+class ComposeEntry:
+    """How the docker runtime runs one target: its compose file and broker service."""
 
-    target: str
     file: str
     """File name in the compose folder."""
     service: str
@@ -51,64 +51,14 @@ class ComposeTarget:
     """Other published ports: variable -> container port (each gets a free host port)."""
     min_startup_s: float = 60.0
     """Start-up timeout floor: slow brokers get at least this long (first boot, JVM, DB)."""
-    http_port_var: str | None = None
-    """Variable of a published HTTP port for a readiness check (TBMQ's REST API)."""
 
     def path(self, base: Path | None = None) -> Path:
         """The compose file's path."""
         return (base or compose_dir()) / self.file
 
 
-COMPOSE_TARGETS: dict[str, ComposeTarget] = {
-    c.target: c
-    for c in (
-        ComposeTarget("mosquitto", "mosquitto.yaml", "mosquitto"),
-        ComposeTarget("emqx", "emqx.yaml", "emqx", min_startup_s=120.0),
-        ComposeTarget("hivemq", "hivemq.yaml", "hivemq", min_startup_s=120.0),
-        ComposeTarget(
-            "rabbitmq-mqtt",
-            "rabbitmq.yaml",
-            "rabbitmq",
-            port_var="MQBENCH_MQTT_PORT",
-            extra_ports={"MQBENCH_AMQP_PORT": 5672},
-            min_startup_s=120.0,
-        ),
-        ComposeTarget(
-            "rabbitmq-amqp",
-            "rabbitmq.yaml",
-            "rabbitmq",
-            port_var="MQBENCH_AMQP_PORT",
-            extra_ports={"MQBENCH_MQTT_PORT": 1883},
-            min_startup_s=120.0,
-        ),
-        ComposeTarget("artemis", "artemis.yaml", "artemis", min_startup_s=120.0),
-        ComposeTarget("activemq", "activemq.yaml", "activemq", min_startup_s=120.0),
-        ComposeTarget("nats", "nats.yaml", "nats"),
-        ComposeTarget("redis", "redis.yaml", "redis"),
-        ComposeTarget("zenoh", "zenoh.yaml", "zenoh"),
-        ComposeTarget(
-            "tbmq",
-            "tbmq.yaml",
-            "tbmq",
-            extra_ports={"MQBENCH_HTTP_PORT": 8083},
-            min_startup_s=300.0,
-            http_port_var="MQBENCH_HTTP_PORT",
-        ),
-        ComposeTarget("tbmq-style", "tbmq-style.yaml", "broker", min_startup_s=120.0),
-    )
-}
-"""Every target the docker runtime knows, by target name."""
-
-TOXIPROXY = ComposeTarget("toxiproxy", "toxiproxy.yaml", "toxiproxy")
+TOXIPROXY = ComposeEntry("toxiproxy.yaml", "toxiproxy")
 """Toxiproxy (not a benchmark target; started by fault runs or by hand)."""
-
-
-def compose_target(target: str) -> ComposeTarget:
-    """The compose entry of ``target``; ``BrokerError`` when the docker runtime has none."""
-    try:
-        return COMPOSE_TARGETS[target]
-    except KeyError:
-        raise BrokerError(f"no compose file for target {target!r}") from None
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

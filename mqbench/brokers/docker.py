@@ -4,14 +4,15 @@
 
 1. checks the runtime is usable (docker CLI, compose plugin, an engine answering
    ``docker info``) and explains what is missing otherwise;
-2. resolves the resource profile (``options["resources"]`` or ``options["profile"]``,
+2. takes the target's compose entry from its definition (``registry.py``), resolves the
+   resource profile (``options["resources"]`` or ``options["profile"]``,
    default ``2cpu-4g``; ``mqbench/brokers/profiles.py``) and picks host ports (the request's
    port, else free ports) bound to the request's loopback address;
 3. runs ``docker compose -p mqbench-<target>-<id> -f compose/<file> pull`` and then
    ``up -d --wait --wait-timeout <s>``, so it returns only when every healthcheck passes
    (the timeout is the request's, raised to a per-target floor for slow first boots);
-4. for TBMQ, waits for ``/actuator/health`` to say UP and creates MQTT credentials when
-   asked (``mqbench/brokers/tbmq_api.py``);
+4. runs the target's docker hooks, if its definition has any (TBMQ waits for
+   ``/actuator/health`` and creates MQTT credentials: ``definitions/tbmq.py``);
 5. reads the project's containers through the Docker SDK (image digests into ``info``, the
    manifest) and hands back a ``DockerBroker`` whose ``resource_source()`` samples the
    containers' stats at 1 Hz (``docker_stats.py``).
@@ -49,25 +50,15 @@ from urllib.parse import urlparse
 import yaml
 
 from mqbench.brokers.base import Availability, StartRequest
-from mqbench.brokers.compose import (
-    ComposeTarget,
-    compose_dir,
-    compose_target,
-    load_compose,
-    service_images,
-)
+from mqbench.brokers.compose import ComposeEntry, compose_dir, load_compose, service_images
+from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
 from mqbench.brokers.docker_stats import ContainerRef, ContainerStatsSource, sdk_stats_reader
 from mqbench.brokers.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.profiles import get_profile
-from mqbench.brokers.targets import get_target
-from mqbench.brokers.tbmq_api import (
-    MqttCredential,
-    bootstrap_credentials,
-    wait_for_health,
-)
+from mqbench.brokers.registry import compose_entry, docker_option_owners, get_definition
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
-from mqbench.transports.base import Endpoint
 
 CHECK_TIMEOUT_S = 10.0
 """Timeout of ``docker info`` / ``docker compose version``."""
@@ -82,8 +73,14 @@ DOWN_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10
 """Seconds containers get between SIGTERM and SIGKILL on ``down``."""
 TAIL_LINES_ON_ERROR = 15
-KNOWN_OPTIONS = frozenset({"resources", "profile", "bind", "tbmq_credentials"})
-"""Options the docker runtime understands (``StartRequest.options``)."""
+RUNTIME_OPTIONS = frozenset({"resources", "profile", "bind"})
+"""Options the docker runtime understands for every target (``StartRequest.options``); a
+target's docker hooks may add their own (``DockerHooks.options``)."""
+
+
+def known_options() -> frozenset[str]:
+    """Every docker runtime option: the runtime's own and those of every target's hooks."""
+    return RUNTIME_OPTIONS | frozenset(docker_option_owners())
 
 
 def _first_line(text: str) -> str:
@@ -346,14 +343,12 @@ class DockerRuntime:
         env: Mapping[str, str] | None = None,
         client_factory: Callable[[Mapping[str, str]], Any] = _sdk_client,
         compose_folder: Path | None = None,
-        health_wait: Callable[[str, float], None] = wait_for_health,
     ) -> None:
-        """``env`` (default ``os.environ``), the SDK client factory, the compose folder and
-        TBMQ's health wait are injectable so tests can use a fake CLI and a fake SDK."""
+        """``env`` (default ``os.environ``), the SDK client factory and the compose folder
+        are injectable so tests can use a fake CLI and a fake SDK."""
         self.cli = DockerCli(env)
         self._client_factory = client_factory
         self._compose_folder = compose_folder
-        self._health_wait = health_wait
         self._engine: tuple[str | None, dict[str, str]] | None = None
 
     @property
@@ -404,9 +399,9 @@ class DockerRuntime:
 
         An unknown target raises ``ScenarioError``.
         """
-        get_target(target)
+        get_definition(target)
         try:
-            ct = compose_target(target)
+            ct = compose_entry(target)
         except BrokerError as exc:
             return Availability(False, str(exc))
         path = ct.path(self.folder)
@@ -420,12 +415,13 @@ class DockerRuntime:
         return Availability(True)
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
-        """Only the docker runtime's own options (``KNOWN_OPTIONS``)."""
-        unknown = sorted(set(options) - KNOWN_OPTIONS)
+        """Only the docker runtime's own options (``known_options``)."""
+        known = known_options()
+        unknown = sorted(set(options) - known)
         if unknown:
             raise BrokerError(
                 f"unknown docker runtime option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
+                f"(known: {', '.join(sorted(known))})"
             )
 
     def start(self, request: StartRequest) -> DockerBroker:
@@ -433,11 +429,12 @@ class DockerRuntime:
         availability = self.availability(request.target)
         if not availability.available:
             raise BrokerError(f"{request.target}: {availability.reason}")
-        ct = compose_target(request.target)
+        definition = get_definition(request.target)
+        ct = compose_entry(request.target)
         self.check_options(request.target, request.options)
         opts = request.options
         profile = get_profile(opts.get("resources") or opts.get("profile"))
-        credentials = _credentials(opts.get("tbmq_credentials"), request.target)
+        hook_variables = _hook_variables(definition, opts)
         remote = engine_remote_host(self.cli.env)
         bind = str(opts.get("bind") or request.host)
         if remote is not None and is_loopback(bind):
@@ -459,8 +456,7 @@ class DockerRuntime:
             },
             self.cli,
         )
-        if request.target == "tbmq":
-            project.variables["MQBENCH_TBMQ_BASIC_AUTH"] = "true" if credentials else "false"
+        project.variables.update(hook_variables)
         try:
             request.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -470,19 +466,19 @@ class DockerRuntime:
         resolved = self._record_files(project, request.workdir)
         timeout_s = max(request.startup_timeout_s, ct.min_startup_s)
         started = time.monotonic()
+        hook_facts: dict[str, Any] = {}
         try:
             self._pull(project, request.target)
-            self._up(project, ct, timeout_s, ports[ct.port_var], bind, resolved)
+            self._up(project, request.target, ct, timeout_s, ports[ct.port_var], bind, resolved)
             client = self._sdk()
             containers, images = _containers(client, project.name)
-            if ct.http_port_var is not None:
+            if definition.docker_hooks is not None:
                 remaining = max(timeout_s - (time.monotonic() - started), 5.0)
-                self._bootstrap_tbmq(
+                hook_facts = self._after_up(
                     project,
+                    definition.docker_hooks,
                     ct,
-                    f"http://{endpoint_host}:{ports[ct.http_port_var]}",
-                    remaining,
-                    credentials,
+                    ComposeStarted(request.target, endpoint_host, dict(ports), opts, remaining),
                 )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -509,35 +505,29 @@ class DockerRuntime:
             "version": images.get(ct.service, {}).get("image"),
             "started_ns": time.time_ns(),
         }
-        if request.target == "tbmq":
-            info["tbmq_credentials"] = [
-                {"username": c.username, "client_type": c.client_type} for c in credentials
-            ]
+        info.update(hook_facts)
         api = getattr(client, "api", None)
         reader = sdk_stats_reader(api) if api is not None else None
         inspect = getattr(api, "inspect_container", None) if api is not None else None
         endpoint = Endpoint(endpoint_host, ports[ct.port_var])
         return DockerBroker(project, endpoint, info, containers, reader, inspect)
 
-    def _bootstrap_tbmq(
-        self,
-        project: ComposeProject,
-        ct: ComposeTarget,
-        base_url: str,
-        timeout_s: float,
-        credentials: list[MqttCredential],
-    ) -> None:
+    @staticmethod
+    def _after_up(
+        project: ComposeProject, hooks: DockerHooks, ct: ComposeEntry, started: ComposeStarted
+    ) -> dict[str, Any]:
         try:
-            self._health_wait(base_url, timeout_s)
-            bootstrap_credentials(base_url, credentials)
+            return hooks.after_up(started)
         except BrokerError as exc:
             logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
-            raise BrokerError(f"{ct.target}: {exc}; last log lines: {logs or '(none)'}") from exc
+            raise BrokerError(
+                f"{started.target}: {exc}; last log lines: {logs or '(none)'}"
+            ) from exc
 
     def _ports(
-        self, ct: ComposeTarget, request: StartRequest, bind: str, remote: str | None
+        self, ct: ComposeEntry, request: StartRequest, bind: str, remote: str | None
     ) -> dict[str, int]:
-        target = get_target(request.target)
+        target = get_definition(request.target)
         ports: dict[str, int] = {}
         if request.port is not None:
             if remote is None and port_in_use(bind, request.port):
@@ -574,7 +564,8 @@ class DockerRuntime:
     def _up(
         self,
         project: ComposeProject,
-        ct: ComposeTarget,
+        target: str,
+        ct: ComposeEntry,
         timeout_s: float,
         port: int,
         bind: str,
@@ -587,28 +578,28 @@ class DockerRuntime:
             proc = project.run(args, limit)
         except BrokerError as exc:
             logs = project.logs(TAIL_LINES_ON_ERROR)
-            raise BrokerError(f"{ct.target}: {exc}; last log lines: {logs or '(none)'}") from exc
+            raise BrokerError(f"{target}: {exc}; last log lines: {logs or '(none)'}") from exc
         if proc.returncode == 0:
             return
         stderr = proc.stderr
         if _PORT_TAKEN.search(stderr):
             raise BrokerError(
-                f"{ct.target}: port {port} on {bind} is already in use "
+                f"{target}: port {port} on {bind} is already in use "
                 f"(docker: {_last_lines(stderr, 1)})"
             )
         if _PULL_FAILED.search(stderr):
-            raise BrokerError(f"{ct.target}: cannot pull an image: {_last_lines(stderr, 2)}")
+            raise BrokerError(f"{target}: cannot pull an image: {_last_lines(stderr, 2)}")
         bad = failed_services(project.ps())
         if bad:
             logs = project.logs(TAIL_LINES_ON_ERROR, bad)
             raise BrokerError(
-                f"{ct.target}: service(s) {', '.join(bad)} not healthy within {timeout_s:g} s "
+                f"{target}: service(s) {', '.join(bad)} not healthy within {timeout_s:g} s "
                 f"(docker: {_last_lines(stderr, 1) or 'exit ' + str(proc.returncode)}); "
                 f"last log lines: {logs or '(none)'}"
             )
         logs = project.logs(TAIL_LINES_ON_ERROR)
         raise BrokerError(
-            f"{ct.target}: `docker compose up` failed: "
+            f"{target}: `docker compose up` failed: "
             f"{_last_lines(stderr) or 'exit ' + str(proc.returncode)}; "
             f"last log lines: {logs or '(none)'}"
         )
@@ -622,32 +613,15 @@ class DockerRuntime:
             ) from exc
 
 
-def _credentials(raw: Any, target: str) -> list[MqttCredential]:
-    if raw is None:
-        return []
-    if target != "tbmq":
-        raise BrokerError("option 'tbmq_credentials' only applies to target tbmq")
-    if not isinstance(raw, list):
-        raise BrokerError("option 'tbmq_credentials' must be a list of mappings")
-    creds: list[MqttCredential] = []
-    for item in raw:
-        if not isinstance(item, Mapping) or not {"username", "password"} <= set(item):
-            raise BrokerError(
-                "each tbmq_credentials entry needs username and password "
-                "(and optionally client_type: DEVICE|APPLICATION, client_id)"
-            )
-        client_type = str(item.get("client_type", "DEVICE")).upper()
-        if client_type not in ("DEVICE", "APPLICATION"):
-            raise BrokerError(f"tbmq client_type must be DEVICE or APPLICATION, not {client_type}")
-        creds.append(
-            MqttCredential(
-                str(item["username"]),
-                str(item["password"]),
-                "APPLICATION" if client_type == "APPLICATION" else "DEVICE",
-                str(item["client_id"]) if item.get("client_id") else None,
-            )
-        )
-    return creds
+def _hook_variables(definition: TargetDefinition, options: Mapping[str, Any]) -> dict[str, str]:
+    """Refuse another target's hook options; the target's own hooks check theirs."""
+    own = definition.docker_hooks.options if definition.docker_hooks is not None else frozenset()
+    for option, owner in docker_option_owners().items():
+        if option not in own and options.get(option) is not None:
+            raise BrokerError(f"option {option!r} only applies to target {owner}")
+    if definition.docker_hooks is None:
+        return {}
+    return definition.docker_hooks.variables(options)
 
 
 def _containers(client: Any, project: str) -> tuple[list[ContainerRef], dict[str, Any]]:
@@ -682,5 +656,5 @@ def _containers(client: Any, project: str) -> tuple[list[ContainerRef], dict[str
 
 def compose_images(target: str, folder: Path | None = None) -> dict[str, str]:
     """Service -> image reference of ``target``'s compose file with default variables."""
-    ct = compose_target(target)
+    ct = compose_entry(target)
     return service_images(load_compose(ct.path(folder), {}))

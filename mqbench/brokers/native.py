@@ -1,4 +1,4 @@
-"""The native runtime: brokers as local processes on 127.0.0.1, one spec per broker.
+"""The native runtime: brokers as local processes on 127.0.0.1, one spec per target.
 
 ``NativeRuntime.start`` picks a port (or checks the requested one), lets the target's spec
 write its config into the request's work directory, starts the broker in its own session
@@ -7,14 +7,17 @@ succeeds, the process exits, or ``startup_timeout_s`` passes. Whatever fails, no
 started is left running. ``NativeBroker.stop`` sends SIGTERM to the broker's PID, waits up
 to 10 s, then SIGKILLs it.
 
-A ``resources`` option (a profile) goes to ``native_profiles.NativeLimiter``: the spec's
-thread knobs are applied to the plan, the broker starts inside a cgroup of its own, and the
-cgroup is removed after the broker stopped (``info["resources"]`` records what was applied).
+The runtime knows no broker by name: the target's definition (``registry.py``) gives the
+spec, and for a ``resources`` option (a profile) the thread knobs that
+``native_profiles.NativeLimiter`` applies to the plan; the broker then starts inside a
+cgroup of its own, removed after the broker stopped (``info["resources"]`` records what was
+applied).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import subprocess
@@ -24,16 +27,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter, split_profile
+from mqbench.brokers.native_spec import NativeSpec
 from mqbench.brokers.net import free_port, port_in_use
-from mqbench.brokers.specs import native_specs
-from mqbench.brokers.specs.base import NativeSpec
-from mqbench.brokers.targets import Target, get_target
+from mqbench.brokers.registry import Target, get_definition, get_target, native_specs
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 from mqbench.process import interrupts, lifeline
-from mqbench.transports.base import Endpoint
 
 STOP_GRACE_S = 10.0
 """How long ``stop`` waits after SIGTERM before it sends SIGKILL."""
@@ -173,32 +177,74 @@ class NativeBroker:
         self.stop()
 
 
-def _alive(pid: int) -> bool:
+SAME_PROCESS_TOLERANCE_S = 1.0
+"""How far a PID's start time may be from the recorded one and still be the same process."""
+
+
+def process_alive(pid: int, started_at: float | None = None) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone).
+
+    With ``started_at`` (the process's start time as ``psutil`` reports it, recorded when
+    it was started), a PID the kernel has since given to another process counts as gone:
+    mqbench never signals a process it did not start.
+    """
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        moved_on = started_at is not None and (
+            abs(proc.create_time() - started_at) > SAME_PROCESS_TOLERANCE_S
+        )
+        if moved_on:
+            return False
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        # A zombie (exited, not yet reaped by its parent) counts as gone.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True
+    except psutil.AccessDenied:
+        return started_at is None
 
 
-def stop_pid(pid: int, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM a process that is not our child, wait up to ``grace_s``, then SIGKILL it."""
+class StopOutcome(enum.Enum):
+    """What ``stop_pid`` found and did."""
+
+    NOT_RUNNING = "was not running"
+    STOPPED = "stopped"
+    KILLED = "killed after SIGTERM timed out"
+
+
+def stop_pid(
+    pid: int,
+    grace_s: float = STOP_GRACE_S,
+    *,
+    started_at: float | None = None,
+    process_group: bool = False,
+) -> StopOutcome:
+    """SIGTERM a process that is not our child, wait up to ``grace_s``, then SIGKILL it.
+
+    ``started_at``: only a process started then is signalled (``process_alive``).
+    ``process_group``: when ``pid`` leads its own process group (brokers start in a new
+    session), the whole group gets the signals, so helpers it started stop with it.
+    """
+    if not process_alive(pid, started_at):
+        return StopOutcome.NOT_RUNNING
+    send = os.kill
+    if process_group:
+        try:
+            if os.getpgid(pid) == pid:
+                send = os.killpg
+        except ProcessLookupError:
+            return StopOutcome.NOT_RUNNING
+    outcome = StopOutcome.STOPPED
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
         try:
-            os.kill(pid, sig)
+            send(pid, sig)
         except ProcessLookupError:
-            return
+            return outcome
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
+            if not process_alive(pid, started_at):
+                return outcome
             time.sleep(POLL_INTERVAL_S)
+        outcome = StopOutcome.KILLED
+    return outcome
 
 
 def _releaser(limiter: NativeLimiter, info: dict[str, Any]) -> Callable[[], None]:
@@ -221,7 +267,7 @@ class NativeRuntime:
     name = "native"
 
     def __init__(self, specs: Mapping[str, NativeSpec] | None = None) -> None:
-        """Use the given specs by name (default: every spec mqbench ships)."""
+        """Use the given specs by name (default: a fresh spec of every registered target)."""
         self.specs: dict[str, NativeSpec] = dict(native_specs() if specs is None else specs)
 
     def spec_for(self, target: str) -> NativeSpec:
@@ -298,7 +344,8 @@ class NativeRuntime:
         version = spec.version(binary)
         argv = plan.argv
         if limiter is not None:
-            plan = limiter.tune(spec, plan, options)
+            knobs = get_definition(request.target).knobs
+            plan = limiter.tune(knobs, spec.name, plan, options)
             argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
         process: subprocess.Popen[bytes] | None = None

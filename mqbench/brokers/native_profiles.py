@@ -7,8 +7,9 @@ The same profiles as the Docker runtime (``mqbench/brokers/profiles.py``: 1cpu-2
   CPU quota of ``cpus`` x 100 ms per 100 ms, a cpuset of the first ``cpus`` CPUs mqbench may
   use (so the broker sees and uses exactly that many, like a VM's vCPUs) and a memory limit
   of ``mem_mb`` MiB;
-- knobs: the spec's ``tune_for_profile`` (GOMAXPROCS for NATS, ``+S N:N`` for RabbitMQ,
-  ``-XX:ActiveProcessorCount`` and a fixed heap of half the memory for JVM brokers).
+- knobs: the ``knobs`` of the target's definition (``knobs.py``: GOMAXPROCS for NATS,
+  ``+S N:N`` for RabbitMQ, ``-XX:ActiveProcessorCount`` and a fixed heap of half the memory
+  for JVM brokers).
 
 ``unlimited`` creates no cgroup and sets no knob. A profile asking for more CPUs (or memory)
 than this machine has is refused before anything starts, as is a profile that cannot be
@@ -32,7 +33,8 @@ from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:
     from mqbench.brokers.cgroups import BrokerCgroup
-    from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+    from mqbench.brokers.knobs import ProfileKnobs
+    from mqbench.brokers.native_spec import LaunchPlan
 
 PROFILE_KEYS = ("resources", "profile")
 """Option keys that name a profile (``resources`` from scenarios, ``profile`` from
@@ -122,11 +124,13 @@ class NativeLimiter:
             return None, rest
         return cls(get_profile(name), manager), rest
 
-    def tune(self, spec: NativeSpec, plan: LaunchPlan, options: Mapping[str, Any]) -> LaunchPlan:
-        """The spec's thread/heap settings for this profile (nothing for ``unlimited``)."""
+    def tune(
+        self, knobs: ProfileKnobs, broker: str, plan: LaunchPlan, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """The broker's thread/heap settings for this profile (nothing for ``unlimited``)."""
         if not _limits_anything(self.profile):
             return plan
-        tuned, self.knobs = spec.tune_for_profile(plan, self.profile, options)
+        tuned, self.knobs = knobs.tune(broker, plan, self.profile, options)
         return tuned
 
     def wrap(self, argv: list[str], label: str) -> list[str]:

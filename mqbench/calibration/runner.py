@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqbench.brokers.targets import get_target
+from mqbench.brokers.registry import get_target
 from mqbench.calibration.ceiling import SearchOutcome, SearchPlan, judge, search_ceiling
 from mqbench.calibration.measure import CellOutcome, CellRequest, run_cell
 from mqbench.calibration.model import (

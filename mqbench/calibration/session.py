@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqbench.brokers.registry import get_target, target_names
 from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.targets import TARGETS, get_target, target_names
 from mqbench.calibration import store
 from mqbench.calibration.model import Calibration
 from mqbench.calibration.relays import RELAY_PROTOCOLS
@@ -70,7 +70,7 @@ def select_targets(requested: list[str]) -> list[str]:
     with none requested, every target the native runtime can run."""
     runtime = get_runtime("native")
     for name in requested:
-        if name not in TARGETS:
+        if name not in target_names():
             raise UnknownTargetError(name)
     if requested:
         for name in requested:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqbench.brokers.targets import get_target
+from mqbench.brokers.registry import get_target
 from mqbench.calibration.store import LoadedCalibration, default_path, load
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario

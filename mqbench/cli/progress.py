@@ -115,7 +115,7 @@ class RichReporter:
 
     def cell_started(self, cell: Cell) -> None:
         """Start the live line of a cell."""
-        from mqbench.brokers.targets import get_target
+        from mqbench.brokers.registry import get_target
         from mqbench.transports.registry import resolve_client
 
         client = resolve_client(get_target(cell.target).transport, cell.client)

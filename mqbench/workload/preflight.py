@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mqbench.brokers.native_profiles import check_native_profile
 from mqbench.brokers.profiles import profile_names
+from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.targets import get_target
 from mqbench.errors import BrokerError, ScenarioError
 from mqbench.faults.driver import check_faults
 from mqbench.records.results import check_output_root

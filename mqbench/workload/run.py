@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.liveness import BrokerExit, WatchesExit
+from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
-from mqbench.brokers.targets import get_target
 from mqbench.errors import MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts

@@ -21,7 +21,7 @@ import pytest
 
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.targets import get_target
+from mqbench.brokers.registry import get_target
 from mqbench.errors import TransportError
 from mqbench.transports.base import Client, ClientOptions, Endpoint, Transport
 from mqbench.transports.registry import get_transport, resolve_client

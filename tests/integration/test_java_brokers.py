@@ -21,8 +21,8 @@ from mqbench.brokers import maven
 from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.maven import Artifact, JavaDistribution
 from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.registry import maven_distributions
 from mqbench.brokers.sampler import ResourceSampler
-from mqbench.brokers.specs import maven_distributions
 from mqbench.errors import BrokerError
 from mqbench.transports.base import ClientOptions, Endpoint
 from mqbench.transports.mqtt import MqttTransport

@@ -16,11 +16,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.brokers import native as native_module
 from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.definitions.mosquitto import MosquittoSpec
+from mqbench.brokers.definitions.nats import NatsSpec
 from mqbench.brokers.external import ExternalRuntime
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.net import free_port, port_in_use
-from mqbench.brokers.specs.mosquitto import MosquittoSpec
-from mqbench.brokers.specs.nats import NatsSpec
 from mqbench.errors import BrokerError
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
-from mqbench.brokers.specs.nats import NatsSpec
+from mqbench.brokers.definitions.nats import NatsSpec
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions, Endpoint

@@ -18,12 +18,11 @@ import psutil
 import pytest
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.brokers.definitions import rabbitmq as rabbitmq_spec
+from mqbench.brokers.definitions.activemq import ActiveMqSpec
+from mqbench.brokers.definitions.rabbitmq import RabbitMqSpec, find_epmd
 from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.specs import native_specs
-from mqbench.brokers.specs import rabbitmq as rabbitmq_spec
-from mqbench.brokers.specs.activemq import ActiveMqSpec
-from mqbench.brokers.specs.rabbitmq import RabbitMqSpec, find_epmd
-from mqbench.brokers.targets import get_target
+from mqbench.brokers.registry import get_target, native_specs
 from mqbench.errors import BrokerError
 from mqbench.transports.amqp import AmqpTransport
 from mqbench.transports.base import ClientOptions, Endpoint
@@ -210,7 +209,7 @@ def test_missing_rabbitmq_says_how_to_install_it_and_ignores_the_su_wrapper(
 def test_activemq_without_the_mqtt_client_jar_is_unavailable_with_the_package_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqbench.brokers.specs import activemq as activemq_spec
+    from mqbench.brokers.definitions import activemq as activemq_spec
 
     monkeypatch.setattr(activemq_spec, "JAVA_DIR", tmp_path)
     availability = NativeRuntime().availability("activemq")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
 from tbmq_helpers import BrokerThread, running_broker
 
-from mqbench.brokers.specs.tbmq_style import PostgresService, RedisService
+from mqbench.brokers.backing_services import PostgresService, RedisService
 from mqbench.transports.base import ClientOptions, Endpoint
 from mqbench.transports.mqtt import MqttClient
 from mqbench.transports.mqtt_codec import (

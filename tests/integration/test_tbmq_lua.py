@@ -12,7 +12,7 @@ import redis
 
 from mqbench.broker.persistence.base import Fetch, Save
 from mqbench.broker.persistence.redis_store import AsyncRedisDeviceStore, SyncRedisDeviceStore
-from mqbench.brokers.specs.tbmq_style import RedisService
+from mqbench.brokers.backing_services import RedisService
 
 pytestmark = pytest.mark.integration
 

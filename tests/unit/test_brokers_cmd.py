@@ -14,8 +14,11 @@ import typer
 from docker_fakes import HEALTHY_ENGINE, FakeDocker, install_fake_docker
 from typer.testing import CliRunner
 
+from mqbench.brokers import maven
 from mqbench.brokers.compose import compose_dir
-from mqbench.cli.brokers_cmd import BrokerState, brokers_app, find_states, state_path
+from mqbench.brokers.manage import BrokerState, find_states, state_path
+from mqbench.brokers.registry import maven_distributions
+from mqbench.cli.brokers_cmd import brokers_app
 
 app = typer.Typer()
 app.add_typer(brokers_app, name="brokers")
@@ -189,3 +192,38 @@ def test_failed_compose_down_keeps_the_state_and_exits_1(
     assert code == 1
     assert "`docker compose down` of mqbench-nats-1 failed: Cannot connect" in out
     assert [s.project for s in find_states()] == ["mqbench-nats-1"]
+
+
+def test_fetch_checks_every_name_before_fetching_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fetched: list[str] = []
+    monkeypatch.setattr(maven, "fetch", lambda dist: fetched.append(dist.name))
+    code, out = invoke("fetch", "artemis", "mosquitto")
+    assert (code, out.strip()) == (
+        2,
+        "error: mosquitto is not fetched from Maven (Java brokers: hivemq, artemis)",
+    )
+    code, out = invoke("fetch", "kafka")
+    assert code == 1 and out.startswith("error: unknown target 'kafka' (known: mosquitto,")
+    assert fetched == []
+
+
+def test_fetch_reports_each_java_broker_as_its_jars_land_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def installed(dist: maven.JavaDistribution) -> maven.Installed | None:
+        return fake(dist) if dist.name == "artemis" else None
+
+    def fake(dist: maven.JavaDistribution) -> maven.Installed:
+        return maven.Installed(dist, tmp_path / dist.key, ("a.jar", "b.jar"))
+
+    monkeypatch.setattr(maven, "installed", installed)
+    monkeypatch.setattr(maven, "fetch", fake)
+    code, out = invoke("fetch")
+    assert code == 0
+    hivemq, artemis = (maven_distributions()[n] for n in ("hivemq", "artemis"))
+    assert out.splitlines() == [
+        f"hivemq {hivemq.version}: fetched 2 jars ({tmp_path / hivemq.key})",
+        f"artemis {artemis.version}: already in the cache ({tmp_path / artemis.key})",
+    ]

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from mqbench.brokers.compose import (
-    COMPOSE_TARGETS,
     TOXIPROXY,
     InterpolationError,
     compose_dir,
@@ -17,8 +16,10 @@ from mqbench.brokers.compose import (
     load_compose,
 )
 from mqbench.brokers.profiles import DEFAULT_PROFILE, PROFILES, get_profile
-from mqbench.brokers.targets import target_names
+from mqbench.brokers.registry import compose_entries, target_names
 from mqbench.errors import BrokerError
+
+COMPOSE_TARGETS = compose_entries()
 
 FILES = sorted({c.file for c in COMPOSE_TARGETS.values()} | {TOXIPROXY.file})
 AUX_SERVICES = {"tbmq.yaml": {"postgres", "kafka", "valkey"}, "tbmq-style.yaml": {"redis"}}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docker
 
-import mqbench.brokers.docker as docker_module
+import mqbench.brokers.definitions.tbmq as tbmq_definition
 from mqbench.brokers.base import HasResourceSource, StartRequest
 from mqbench.brokers.compose import compose_dir
 from mqbench.brokers.docker import (
@@ -40,8 +40,19 @@ def no_health(url: str, timeout_s: float) -> None:
     raise AssertionError("only TBMQ waits for /actuator/health")
 
 
-def runtime(sdk: FakeSdk, health: Any = no_health) -> DockerRuntime:
-    return DockerRuntime(client_factory=sdk.factory, health_wait=health)
+HEALTH: list[Callable[[str, float], None]] = [no_health]
+"""TBMQ's health wait for the current test (its definition's hook calls it)."""
+
+
+@pytest.fixture(autouse=True)
+def health(monkeypatch: pytest.MonkeyPatch) -> None:
+    HEALTH[0] = no_health
+    monkeypatch.setattr(tbmq_definition, "wait_for_health", lambda u, t: HEALTH[0](u, t))
+
+
+def runtime(sdk: FakeSdk, health: Callable[[str, float], None] = no_health) -> DockerRuntime:
+    HEALTH[0] = health
+    return DockerRuntime(client_factory=sdk.factory)
 
 
 MOSQUITTO = FakeSdk(
@@ -315,7 +326,9 @@ def test_credentials_option_turns_tbmq_basic_auth_on(
     created: list[Any] = []
     rt = runtime(FakeSdk({"tbmq": "thingsboard/tbmq:2.1.0"}), lambda url, t: None)
     monkeypatch.setattr(
-        docker_module, "bootstrap_credentials", lambda url, creds: created.append((url, creds))
+        tbmq_definition,
+        "bootstrap_credentials",
+        lambda url, creds: created.append((url, creds)),
     )
     creds = [{"username": "app", "password": "p", "client_type": "application"}]
     broker = rt.start(StartRequest("tbmq", tmp_path / "w", options={"tbmq_credentials": creds}))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from mqbench.brokers import maven
 from mqbench.brokers.maven import Artifact, JavaDistribution
 from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.specs import maven_distributions
+from mqbench.brokers.registry import maven_distributions
 from mqbench.cli.app import app
 from mqbench.errors import BrokerError
 

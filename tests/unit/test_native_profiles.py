@@ -10,19 +10,16 @@ from cgroup_fakes import Machine, v1_machine
 from typer.testing import CliRunner
 
 from mqbench.brokers.cgroups import CgroupManager
+from mqbench.brokers.knobs import ErlangSchedulers, GoMaxProcs, JvmFlags, NoKnobs, jvm_profile_argv
 from mqbench.brokers.native_profiles import (
     NativeLimiter,
     check_fits,
     check_native_profile,
     split_profile,
 )
+from mqbench.brokers.native_spec import LaunchPlan
 from mqbench.brokers.profiles import get_profile
-from mqbench.brokers.specs.activemq import ActiveMqSpec
-from mqbench.brokers.specs.base import LaunchPlan
-from mqbench.brokers.specs.jvm import jvm_profile_argv
-from mqbench.brokers.specs.mosquitto import MosquittoSpec
-from mqbench.brokers.specs.nats import NatsSpec
-from mqbench.brokers.specs.rabbitmq import RabbitMqSpec
+from mqbench.brokers.registry import get_definition
 from mqbench.cli.app import app
 from mqbench.errors import BrokerError
 from mqbench.scenario.model import Scenario
@@ -82,7 +79,7 @@ def test_a_limiter_puts_the_broker_into_a_cgroup_with_the_profiles_limits(tmp_pa
         {"resources": "1cpu-2g", "x": 1}, manager=fake_manager(machine)
     )
     assert limiter is not None and rest == {"x": 1}
-    tuned = limiter.tune(NatsSpec(), plan(["/bin/nats-server", "-c", "n.conf"]), rest)
+    tuned = limiter.tune(GoMaxProcs(), "nats", plan(["/bin/nats-server", "-c", "n.conf"]), rest)
     argv = limiter.wrap(tuned.argv, "nats-4222")
     assert argv[:2] == ["/bin/sh", "-c"]
     assert argv[-5:] == ["/usr/bin/env", "GOMAXPROCS=1", "/bin/nats-server", "-c", "n.conf"]
@@ -104,7 +101,7 @@ def test_the_unlimited_profile_creates_no_cgroup_and_sets_no_knob(tmp_path: Path
     limiter, _ = NativeLimiter.from_options({"resources": "unlimited"}, fake_manager(machine))
     assert limiter is not None
     argv = ["/bin/nats-server"]
-    assert limiter.wrap(limiter.tune(NatsSpec(), plan(argv), {}).argv, "nats") == argv
+    assert limiter.wrap(limiter.tune(GoMaxProcs(), "nats", plan(argv), {}).argv, "nats") == argv
     assert limiter.describe() == {
         "profile": "unlimited",
         "cpus": None,
@@ -146,9 +143,10 @@ def test_jvm_flags_replace_the_heap_and_set_the_processor_count() -> None:
 
 
 def test_a_heap_option_together_with_a_profile_is_refused_naming_both() -> None:
-    spec = ActiveMqSpec()
+    knobs = get_definition("activemq").knobs
+    assert knobs == JvmFlags()
     with pytest.raises(BrokerError) as excinfo:
-        spec.tune_for_profile(plan(["/usr/bin/java"]), get_profile("2cpu-4g"), {"heap": "3g"})
+        knobs.tune("activemq", plan(["/usr/bin/java"]), get_profile("2cpu-4g"), {"heap": "3g"})
     assert str(excinfo.value) == (
         "activemq option heap='3g' conflicts with resources profile '2cpu-4g' "
         "(heap 2048m, half its memory limit); drop one"
@@ -157,14 +155,18 @@ def test_a_heap_option_together_with_a_profile_is_refused_naming_both() -> None:
 
 def test_rabbitmq_gets_one_scheduler_per_profile_cpu() -> None:
     argv = ["/usr/bin/env", "HOME=/w", "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel x", "/rmq"]
-    tuned, knobs = RabbitMqSpec("mqtt").tune_for_profile(plan(argv), get_profile("2cpu-4g"), {})
+    rabbit = get_definition("rabbitmq-mqtt").knobs
+    assert rabbit == get_definition("rabbitmq-amqp").knobs == ErlangSchedulers()
+    tuned, knobs = rabbit.tune("rabbitmq-mqtt", plan(argv), get_profile("2cpu-4g"), {})
     assert tuned.argv[2] == "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel x +S 2:2"
     assert knobs == {"erl_flags": "+S 2:2"}
 
 
 def test_single_threaded_brokers_get_no_knob() -> None:
     original = plan(["/usr/sbin/mosquitto", "-c", "m.conf"])
-    tuned, knobs = MosquittoSpec().tune_for_profile(original, get_profile("1cpu-2g"), {})
+    mosquitto = get_definition("mosquitto").knobs
+    assert mosquitto == NoKnobs()
+    tuned, knobs = mosquitto.tune("mosquitto", original, get_profile("1cpu-2g"), {})
     assert (tuned, knobs) == (original, {})
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mqbench.brokers.specs.redis import RedisSpec
-from mqbench.brokers.specs.zenoh import ZenohSpec
+from mqbench.brokers.definitions.redis import RedisSpec
+from mqbench.brokers.definitions.zenoh import ZenohSpec
 from mqbench.brokers.zenoh_router import router_settings
 from mqbench.errors import BrokerError
 

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from mqbench.brokers.base import StartRequest
+from mqbench.brokers.definitions.mosquitto import MosquittoSpec
+from mqbench.brokers.definitions.nats import NatsSpec
 from mqbench.brokers.external import ExternalRuntime
 from mqbench.brokers.native import NativeRuntime, read_tail
+from mqbench.brokers.probes import mqtt_connect_packet
 from mqbench.brokers.runtimes import DockerRuntime, get_runtime, runtime_names
-from mqbench.brokers.specs.mosquitto import MosquittoSpec, mqtt_connect_packet
-from mqbench.brokers.specs.nats import NatsSpec
 from mqbench.errors import BrokerError, ScenarioError
 
 

@@ -1,4 +1,4 @@
-"""The target table: every target of DESIGN.md, with its transport, port and native spec."""
+"""The target rows: every target, with its transport, port and native spec, in a fixed order."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import dataclasses
 
 import pytest
 
-from mqbench.brokers.specs import native_specs
-from mqbench.brokers.targets import Target, get_target, target_names
+from mqbench.brokers.registry import Target, get_target, native_specs, target_names
 from mqbench.errors import ScenarioError
 
-DESIGN_TARGETS = [
+TARGETS_IN_ORDER = [
     "mosquitto",
     "emqx",
     "hivemq",
@@ -26,8 +25,8 @@ DESIGN_TARGETS = [
 ]
 
 
-def test_every_design_target_is_listed_in_design_order() -> None:
-    assert target_names() == DESIGN_TARGETS
+def test_every_target_is_listed_in_the_documented_order() -> None:
+    assert target_names() == TARGETS_IN_ORDER
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,7 @@ def test_the_java_brokers_come_from_maven_central(name: str) -> None:
 def test_unknown_target_error_lists_the_known_ones() -> None:
     with pytest.raises(ScenarioError) as excinfo:
         get_target("kafka")
-    assert str(excinfo.value) == f"unknown target 'kafka' (known: {', '.join(DESIGN_TARGETS)})"
+    assert str(excinfo.value) == f"unknown target 'kafka' (known: {', '.join(TARGETS_IN_ORDER)})"
 
 
 def test_targets_are_immutable() -> None:

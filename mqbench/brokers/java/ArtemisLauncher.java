@@ -1,6 +1,6 @@
 // Starts an embedded ActiveMQ Artemis broker from a broker.xml and runs until SIGTERM.
 //
-// Written by mqbench (mqbench/brokers/specs/artemis.py); run as a single-file source program:
+// Written by mqbench (mqbench/brokers/definitions/artemis.py); run as a single-file source program:
 //   java -cp '<artemis jars>/*' ArtemisLauncher.java <broker.xml>
 // Prints "mqbench-launcher ready broker=artemis version=<v>" once the server is active,
 // exits 1 with the cause when it cannot start, and stops the server on SIGTERM/SIGINT.

@@ -1,6 +1,6 @@
 // Starts an embedded HiveMQ Community Edition broker and runs until SIGTERM.
 //
-// Written by mqbench (mqbench/brokers/specs/hivemq.py); run as a single-file source program:
+// Written by mqbench (mqbench/brokers/definitions/hivemq.py); run as a single-file source program:
 //   java -cp '<hivemq jars>/*' HiveMQLauncher.java <config dir> <data dir> <extensions dir>
 // The config directory holds HiveMQ's config.xml, which is validated against the config.xsd
 // inside HiveMQ's jar first: HiveMQ itself logs an unreadable or invalid config.xml and then

@@ -26,16 +26,15 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, first_match, merged_options
-from mqbench.brokers.specs.jvm import jvm_profile_argv, refuse_heap_with_profile
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.knobs import JvmFlags
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
+from mqbench.brokers.probes import mqtt_probe
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 LAUNCHER_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
@@ -56,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
 """
 
 LOG4J_PROPERTIES = """\
-# written by mqbench (mqbench/brokers/specs/activemq.py)
+# written by mqbench (mqbench/brokers/definitions/activemq.py)
 log4j.rootLogger=INFO, console
 log4j.logger.org.springframework=WARN
 log4j.logger.org.apache.xbean=WARN
@@ -131,7 +130,7 @@ class ActiveMqSpec(NativeSpec):
         )
         extra = str(opts["extra_config"]).strip()
         xml = f"""\
-<!-- written by mqbench (mqbench/brokers/specs/activemq.py) -->
+<!-- written by mqbench (mqbench/brokers/definitions/activemq.py) -->
 <beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
   xsi:schemaLocation="http://www.springframework.org/schema/beans
@@ -187,17 +186,6 @@ class ActiveMqSpec(NativeSpec):
             settings["extra_config"] = extra
         return LaunchPlan(argv=argv, config_path=config_path, config_text=xml, settings=settings)
 
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """``-XX:ActiveProcessorCount`` and the profile's fixed heap (half its memory)."""
-        refuse_heap_with_profile("activemq", options, profile)
-        argv, knobs = jvm_profile_argv(plan.argv, profile)
-        settings = dict(plan.settings)
-        if "heap_max" in knobs:
-            settings.update(heap_min=knobs["heap_min"], heap_max=knobs["heap_max"])
-        return LaunchPlan(argv, plan.config_path, plan.config_text, settings), knobs
-
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """An MQTT 3.1.1 CONNECT answered by a CONNACK (the MQTT codec is loaded)."""
         return mqtt_probe(host, port, timeout_s)
@@ -219,3 +207,22 @@ def _jar_version(jar: Path) -> str:
     except (OSError, KeyError, zipfile.BadZipFile):
         return "unknown"
     return first_match(r"(?:Implementation|Bundle)-Version:\s*(\S+)", manifest)
+
+
+DEFINITION = BrokerDefinition(
+    "activemq",
+    (
+        TargetDefinition(
+            "activemq",
+            "ActiveMQ Classic 5.17",
+            "mqtt",
+            "ActiveMQ Classic 5.17 over MQTT (an extra, not Artemis)",
+            1883,
+            native=ActiveMqSpec,
+            native_source="Debian package activemq",
+            compose=ComposeEntry("activemq.yaml", "activemq", min_startup_s=120.0),
+            knobs=JvmFlags(),
+        ),
+    ),
+)
+"""ActiveMQ Classic: a JVM broker (processor count and heap from the profile)."""

@@ -1,11 +1,11 @@
-"""What the JVM brokers share: heap flags, resource-profile settings, Maven-fetched jars.
+"""What the JVM brokers share: heap flags and option checks, Maven-fetched jars.
 
 Heap: every JVM broker gets explicit ``-Xms``/``-Xmx`` (recorded as ``heap_min``/``heap_max``
 in ``info["settings"]``), so the JVM's ergonomics (a quarter of the host's RAM) never decide
 it silently. Under a resource profile the heap is the profile's (half its memory limit,
 ``-Xms`` = ``-Xmx``) and ``-XX:ActiveProcessorCount`` is its CPU count, as in the Docker
-profiles; an explicit ``heap`` option together with a profile is refused rather than one of
-them being ignored.
+profiles (``knobs.JvmFlags``, named by each JVM broker's definition); an explicit ``heap``
+option together with a profile is refused rather than one of them being ignored.
 
 ``MavenJvmSpec`` is the base of brokers run from Maven Central jars
 (``mqbench/brokers/maven.py``): ``java`` with the broker's jars and a compiled launcher on
@@ -18,14 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from mqbench.brokers import maven
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec
+from mqbench.brokers.native_spec import NativeSpec
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
 
 HEAP_RE = re.compile(r"^\d+[kKmMgG]?$")
 
@@ -47,44 +43,6 @@ def check_well_formed(broker: str, xml: str, extra: str) -> None:
     except ET.ParseError as exc:
         where = "extra_config " if extra else ""
         raise BrokerError(f"{broker} option {where}gives XML that does not parse: {exc}") from exc
-
-
-def jvm_profile_argv(argv: list[str], profile: Profile) -> tuple[list[str], dict[str, Any]]:
-    """``argv`` (``argv[0]`` is java) with the profile's heap and processor count.
-
-    Existing ``-Xms``/``-Xmx``/``-XX:ActiveProcessorCount`` flags are replaced (HotSpot would
-    take the last one given; replacing keeps the command line unambiguous). Flags go right
-    after ``argv[0]``, before the main class or ``-jar``.
-    """
-    flags: list[str] = []
-    dropped: list[str] = []
-    knobs: dict[str, Any] = {}
-    if profile.cpus is not None:
-        flags.append(f"-XX:ActiveProcessorCount={profile.cpus}")
-        dropped.append("-XX:ActiveProcessorCount=")
-        knobs["active_processor_count"] = profile.cpus
-    heap = profile.heap_mb
-    if heap is not None:
-        flags += [f"-Xms{heap}m", f"-Xmx{heap}m"]
-        dropped += ["-Xms", "-Xmx"]
-        knobs["heap_min"] = knobs["heap_max"] = f"{heap}m"
-    if not flags:
-        return list(argv), {}
-    kept = [arg for arg in argv[1:] if not arg.startswith(tuple(dropped))]
-    knobs["jvm_flags"] = flags
-    return [argv[0], *flags, *kept], knobs
-
-
-def refuse_heap_with_profile(broker: str, options: Mapping[str, Any], profile: Profile) -> None:
-    """A profile that sets the heap and an explicit heap option: refuse, name both."""
-    if profile.heap_mb is None:
-        return
-    given = sorted(key for key in ("heap", "heap_min") if options.get(key) is not None)
-    if given:
-        raise BrokerError(
-            f"{broker} option {given[0]}={options[given[0]]!r} conflicts with resources profile "
-            f"{profile.name!r} (heap {profile.heap_mb}m, half its memory limit); drop one"
-        )
 
 
 class MavenJvmSpec(NativeSpec):
@@ -142,15 +100,3 @@ class MavenJvmSpec(NativeSpec):
             self.distribution.launcher,
             *args,
         ]
-
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """The profile's ``-XX:ActiveProcessorCount`` and fixed heap (half its memory)."""
-        refuse_heap_with_profile(self.name, options, profile)
-        argv, knobs = jvm_profile_argv(plan.argv, profile)
-        settings = dict(plan.settings)
-        if "heap_max" in knobs:
-            settings.update(heap_min=knobs["heap_min"], heap_max=knobs["heap_max"])
-        new = LaunchPlan(argv, plan.config_path, plan.config_text, settings)
-        return new, knobs

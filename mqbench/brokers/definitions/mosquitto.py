@@ -18,23 +18,22 @@ Decisions (see docs/brokers.md):
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
-import socket
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.net import recv_exactly, tcp_connect
-from mqbench.brokers.specs.base import (
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.probes import mqtt_probe
 
 DEFAULTS: dict[str, Any] = {
     "max_queued_messages": 100000,
@@ -53,47 +52,6 @@ def _current_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "root" if os.geteuid() == 0 else str(os.geteuid())
-
-
-def mqtt_connect_packet(client_id: str, keepalive_s: int = 60) -> bytes:
-    """An MQTT 3.1.1 CONNECT packet with clean session and no credentials."""
-    cid = client_id.encode("utf-8")
-    variable = b"\x00\x04MQTT\x04\x02" + keepalive_s.to_bytes(2, "big")
-    payload = len(cid).to_bytes(2, "big") + cid
-    remaining = len(variable) + len(payload)
-    if remaining > 127:
-        raise ValueError("client id too long for the readiness probe")
-    return bytes([0x10, remaining]) + variable + payload
-
-
-MQTT_DISCONNECT = b"\xe0\x00"
-
-
-def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
-    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (``20 02 ..``), any return code.
-
-    A CONNACK that refuses the probe (e.g. "not authorized" when a config disables
-    anonymous access) still proves the broker is up and speaking MQTT.
-    """
-    deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
-    if sock is None:
-        return False
-    try:
-        sock.sendall(mqtt_connect_packet(f"mqbench-ready-{os.getpid()}"))
-        connack = recv_exactly(sock, 4, deadline)
-        if connack[:2] != b"\x20\x02":
-            return False
-        if connack[3] == 0:
-            sock.sendall(MQTT_DISCONNECT)
-        return True
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            sock.close()
 
 
 class MosquittoSpec(NativeSpec):
@@ -119,7 +77,7 @@ class MosquittoSpec(NativeSpec):
         opts = merged_options("mosquitto", DEFAULTS, options)
         user = str(opts["user"]) if opts["user"] else _current_user()
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/mosquitto.py)",
+            "# written by mqbench (mqbench/brokers/definitions/mosquitto.py)",
             f"user {user}",
             f"listener {port} {host}",
             "allow_anonymous true",
@@ -175,3 +133,21 @@ class MosquittoSpec(NativeSpec):
         disables anonymous access) still proves the broker is up and speaking MQTT.
         """
         return mqtt_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "mosquitto",
+    (
+        TargetDefinition(
+            "mosquitto",
+            "Eclipse Mosquitto 2",
+            "mqtt",
+            "Eclipse Mosquitto 2 over MQTT",
+            1883,
+            native=MosquittoSpec,
+            native_source="Debian package mosquitto",
+            compose=ComposeEntry("mosquitto.yaml", "mosquitto"),
+        ),
+    ),
+)
+"""Mosquitto: single-threaded, so a native profile sets no knob."""

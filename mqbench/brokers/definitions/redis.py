@@ -17,21 +17,20 @@ cap; Redis lowers it itself (and logs it) when the file limit is smaller.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import (
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.probes import redis_probe
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -77,7 +76,7 @@ class RedisSpec(NativeSpec):
                 f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts['pubsub_buffer_limit']!r}"
             )
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/redis.py)",
+            "# written by mqbench (mqbench/brokers/definitions/redis.py)",
             f"bind {host}",
             f"port {port}",
             "protected-mode yes",
@@ -126,23 +125,23 @@ class RedisSpec(NativeSpec):
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
-        """Send ``PING`` and expect ``+PONG``.
+        """``PING`` answered by ``+PONG`` or ``-NOAUTH`` (``probes.redis_probe``)."""
+        return redis_probe(host, port, timeout_s)
 
-        ``-NOAUTH`` (a password is configured) also counts: the server answered RESP.
-        ``-LOADING`` does not.
-        """
-        deadline = time.monotonic() + timeout_s
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        try:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            reply = recv_line(sock, deadline)
-            return reply == b"+PONG\r\n" or reply.startswith(b"-NOAUTH")
-        except OSError:
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+
+DEFINITION = BrokerDefinition(
+    "redis",
+    (
+        TargetDefinition(
+            "redis",
+            "Redis 7",
+            "redis",
+            "Redis 7 Pub/Sub over RESP",
+            6379,
+            native=RedisSpec,
+            native_source="Debian package redis-server",
+            compose=ComposeEntry("redis.yaml", "redis"),
+        ),
+    ),
+)
+"""Redis: its I/O threads are an option (``io_threads``), not a profile knob."""

@@ -2,8 +2,9 @@
 
 A spec finds the broker's executable, says how to install it when it is missing, writes
 the broker's config into the instance's work directory, builds the command line, checks
-readiness at the protocol level and reports the version. The runtime (``native.py``) does
-everything else: ports, process start and stop, timeouts, logs and error messages.
+readiness at the protocol level (``probes.py``) and reports the version. The runtime
+(``native.py``) does everything else: ports, process start and stop, timeouts, logs and
+error messages. A broker's definition (``definition.py``) names its spec.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -82,18 +80,6 @@ class NativeSpec(ABC):
     def missing_reason(self) -> str:
         """One line saying what is missing when ``find_binary`` returns None, and the fix."""
         return f"{self.executable} not found; install it with: {self.install_hint}"
-
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """Apply a resource profile's thread (and heap) settings to the launch plan.
-
-        A CPU quota does not change how many CPUs a runtime *sees*, so Go, the BEAM and the
-        JVM would size their pools to the host (``mqbench/brokers/profiles.py``). Returns
-        the new plan and the settings applied, for the manifest. Default: the broker has no
-        such setting (single-threaded brokers, or none is known) and nothing changes.
-        """
-        return plan, {}
 
     def companion_pids(self, plan: LaunchPlan) -> list[int]:
         """Processes the broker started outside its own process tree that must stop with it.

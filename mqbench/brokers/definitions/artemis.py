@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.jvm import MavenJvmSpec, check_heap, check_well_formed
+from mqbench.brokers.knobs import JvmFlags
 from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.specs.base import LaunchPlan, merged_options
-from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.probes import mqtt_probe
 
 ARTEMIS_VERSION = "2.55.0"
 """Newest release whose MQTT module Maven Central serves here (2.56.0's server jar resolves,
@@ -73,7 +76,7 @@ def broker_xml(acceptor: str, data: Path, extra: str) -> str:
     """The ``broker.xml`` of one instance (see the module docstring)."""
     return f"""\
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- written by mqbench (mqbench/brokers/specs/artemis.py) -->
+<!-- written by mqbench (mqbench/brokers/definitions/artemis.py) -->
 <configuration xmlns="urn:activemq" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
                xsi:schemaLocation="urn:activemq /schema/artemis-configuration.xsd">
   <core xmlns="urn:activemq:core">
@@ -137,3 +140,24 @@ class ArtemisSpec(MavenJvmSpec):
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """An MQTT 3.1.1 CONNECT answered by a CONNACK."""
         return mqtt_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "artemis",
+    (
+        TargetDefinition(
+            "artemis",
+            "ActiveMQ Artemis",
+            "mqtt",
+            "ActiveMQ Artemis over MQTT",
+            1883,
+            native=ArtemisSpec,
+            native_source="Maven Central org.apache.artemis:artemis-server + "
+            "artemis-mqtt-protocol (embedded)",
+            compose=ComposeEntry("artemis.yaml", "artemis", min_startup_s=120.0),
+            knobs=JvmFlags(),
+            maven=DISTRIBUTION,
+        ),
+    ),
+)
+"""ActiveMQ Artemis: jars from Maven Central, started by ``java/ArtemisLauncher.java``."""

@@ -1,13 +1,8 @@
-"""mqbench's own TBMQ-style broker as a native process (target ``tbmq-style``).
+"""Throwaway backing services for a broker under test: Redis and a PostgreSQL cluster.
 
-The broker runs as ``<python> -m mqbench.broker --port <port> ...`` (the interpreter that
-runs mqbench, so it is always "installed"); readiness is an MQTT CONNACK. Options select
-the persistence (``persistence``: memory, redis-async, redis-sync, postgres; ``app_queue``:
-memory, redis-streams) and the broker settings that change results.
-
-When the options ask for Redis or PostgreSQL and give no ``redis_url`` / ``postgres_dsn``,
-the spec starts a throwaway server before the broker and the runtime stops it after the
-broker (``companion_pids``), by PID:
+The ``tbmq-style`` broker (``mqbench/brokers/definitions/tbmq_style.py``) persists into Redis
+or PostgreSQL; when a scenario gives no ``redis_url`` / ``postgres_dsn``, its spec starts one
+of these before the broker and stops it after the broker, by PID:
 
 - ``redis-server`` on a free loopback port, ``save ""``, ``appendonly no``, its own
   directory ``<workdir>/redis``, log in ``<workdir>/redis.log``.
@@ -19,7 +14,9 @@ broker (``companion_pids``), by PID:
   work directory such as pytest's is not reachable for it); it is deleted when the
   Python process that created it exits. As a non-root user the cluster lives in
   ``<workdir>/postgres``. Server settings are the stock ones (fsync and synchronous commit
-  on) unless ``postgres_synchronous_commit`` says otherwise.
+  on) unless the caller asks otherwise.
+
+Both are guarded by ``mqbench/lifeline.py`` (they die with mqbench).
 """
 
 from __future__ import annotations
@@ -31,37 +28,14 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from mqbench import __version__
 from mqbench.brokers.net import free_port, recv_line, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options, run_for_output
-from mqbench.brokers.specs.mosquitto import mqtt_probe
 from mqbench.errors import BrokerError
 from mqbench.process import lifeline
-
-DEFAULTS: dict[str, Any] = {
-    "persistence": "memory",
-    "app_queue": "memory",
-    "redis_url": None,
-    "postgres_dsn": None,
-    "messages_limit": 10_000,
-    "message_ttl": 600,
-    "max_inflight": 1000,
-    "max_packet_size": 16 * 1024 * 1024,
-    "device_pattern": None,
-    "app_pattern": None,
-    "session_expiry": 0,
-    "uvloop": True,
-    "log_level": "info",
-    "postgres_synchronous_commit": "on",
-}
-"""Broker options this spec understands and their defaults."""
 
 PG_BIN: Final = Path("/usr/lib/postgresql/15/bin")
 SERVICE_START_TIMEOUT_S: Final = 60.0
@@ -278,104 +252,3 @@ class PostgresService:
         """Fast shutdown (SIGINT), then SIGKILL; idempotent."""
         if self.proc is not None:
             _terminate(self.proc, signal.SIGINT)
-
-
-class TbmqStyleSpec(NativeSpec):
-    """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
-
-    option_defaults = DEFAULTS
-    name = "tbmq-style"
-    executable = "python"
-    install_hint = "built into mqbench (pip install -e .)"
-
-    def __init__(self) -> None:
-        """Services started by ``prepare``, by the config path of their broker instance."""
-        self._services: dict[str, list[RedisService | PostgresService]] = {}
-
-    def find_binary(self) -> Path | None:
-        """The interpreter running mqbench."""
-        return Path(sys.executable)
-
-    def version(self, binary: Path) -> str:
-        """mqbench's version (the broker is part of it)."""
-        return __version__
-
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Start Redis/PostgreSQL when needed; return the broker's command line."""
-        opts = merged_options("tbmq-style", DEFAULTS, options)
-        persistence = str(opts["persistence"])
-        app_queue = str(opts["app_queue"])
-        services: list[RedisService | PostgresService] = []
-        redis_url = opts["redis_url"]
-        postgres_dsn = opts["postgres_dsn"]
-        try:
-            if redis_url is None and (
-                persistence.startswith("redis") or app_queue == "redis-streams"
-            ):
-                redis = RedisService(workdir, host).start()
-                services.append(redis)
-                redis_url = redis.url
-            if postgres_dsn is None and persistence == "postgres":
-                pg = PostgresService(
-                    workdir, host, synchronous_commit=str(opts["postgres_synchronous_commit"])
-                ).start()
-                services.append(pg)
-                postgres_dsn = pg.dsn
-        except BaseException:
-            for service in reversed(services):
-                service.stop()
-            raise
-        argv = [
-            str(binary), "-m", "mqbench.broker", "--host", host, "--port", str(port),
-            "--persistence", persistence, "--app-queue", app_queue,
-            "--messages-limit", str(int(opts["messages_limit"])),
-            "--message-ttl", str(int(opts["message_ttl"])),
-            "--max-inflight", str(int(opts["max_inflight"])),
-            "--max-packet-size", str(int(opts["max_packet_size"])),
-            "--session-expiry", str(int(opts["session_expiry"])),
-            "--log-level", str(opts["log_level"]),
-        ]  # fmt: skip
-        if redis_url:
-            argv += ["--redis-url", str(redis_url)]
-        if postgres_dsn:
-            argv += ["--postgres-dsn", str(postgres_dsn)]
-        for key, flag in (("device_pattern", "--device-pattern"), ("app_pattern", "--app-pattern")):
-            if opts[key] is not None:
-                argv += [flag, str(opts[key])]
-        if not opts["uvloop"]:
-            argv.append("--no-uvloop")
-        key = f"{workdir}:{port}"
-        self._services[key] = services
-        settings = {k: opts[k] for k in DEFAULTS if k not in ("redis_url", "postgres_dsn")}
-        settings.update(
-            redis_url=redis_url,
-            postgres_dsn=postgres_dsn,
-            started_services=[type(s).__name__ for s in services],
-            service_pids=[s.pid for s in services],
-        )
-        return LaunchPlan(
-            argv=argv, config_path=None, config_text=" ".join(argv), settings=settings
-        )
-
-    def companion_pids(self, plan: LaunchPlan) -> list[int]:
-        """Stop the services started for this broker (after the broker) and list their PIDs."""
-        pids: list[int] = []
-        for key in [k for k in self._services if k.endswith(":" + _port_of(plan.argv))]:
-            for service in reversed(self._services.pop(key)):
-                if service.pid is not None:
-                    pids.append(service.pid)
-                service.stop()
-        return pids
-
-    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
-        """An MQTT CONNECT answered by a CONNACK."""
-        return mqtt_probe(host, port, timeout_s)
-
-
-def _port_of(argv: list[str]) -> str:
-    return argv[argv.index("--port") + 1] if "--port" in argv else ""
-
-
-__all__ = ["DEFAULTS", "PostgresService", "RedisService", "TbmqStyleSpec", "run_for_output"]

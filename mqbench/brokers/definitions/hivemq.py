@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.jvm import MavenJvmSpec, check_heap, check_well_formed
+from mqbench.brokers.knobs import JvmFlags
 from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.specs.base import LaunchPlan, merged_options
-from mqbench.brokers.specs.jvm import MavenJvmSpec, check_heap, check_well_formed
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
 HIVEMQ_VERSION = "2025.5"
@@ -51,7 +54,7 @@ DEFAULTS: dict[str, Any] = {
 DEFAULT_HEAP = "1g"
 
 LOGBACK_XML = """\
-<!-- written by mqbench (mqbench/brokers/specs/hivemq.py) -->
+<!-- written by mqbench (mqbench/brokers/definitions/hivemq.py) -->
 <configuration scan="false">
   <appender name="CONSOLE" class="ch.qos.logback.core.ConsoleAppender">
     <encoder><pattern>%d{ISO8601} %-5level - %msg%n%ex</pattern></encoder>
@@ -70,7 +73,7 @@ def config_xml(
     """HiveMQ's ``config.xml`` for one instance (see the module docstring)."""
     return f"""\
 <?xml version="1.0"?>
-<!-- written by mqbench (mqbench/brokers/specs/hivemq.py) -->
+<!-- written by mqbench (mqbench/brokers/definitions/hivemq.py) -->
 <hivemq>
   <listeners>
     <tcp-listener>
@@ -156,3 +159,24 @@ class HiveMqSpec(MavenJvmSpec):
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """An MQTT 3.1.1 CONNECT answered by a CONNACK."""
         return mqtt_probe(host, port, timeout_s)
+
+
+DEFINITION = BrokerDefinition(
+    "hivemq",
+    (
+        TargetDefinition(
+            "hivemq",
+            "HiveMQ CE",
+            "mqtt",
+            "HiveMQ Community Edition over MQTT",
+            1883,
+            native=HiveMqSpec,
+            native_source="Maven Central com.hivemq:hivemq-community-edition-embedded "
+            "(embedded launcher)",
+            compose=ComposeEntry("hivemq.yaml", "hivemq", min_startup_s=120.0),
+            knobs=JvmFlags(),
+            maven=DISTRIBUTION,
+        ),
+    ),
+)
+"""HiveMQ CE: jars from Maven Central, started by ``java/HiveMQLauncher.java``."""

@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.net import tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 from mqbench.errors import BrokerError
 
@@ -113,3 +115,21 @@ class ZenohSpec(NativeSpec):
         finally:
             with contextlib.suppress(Exception):
                 session.close()
+
+
+DEFINITION = BrokerDefinition(
+    "zenoh",
+    (
+        TargetDefinition(
+            "zenoh",
+            "Zenoh router",
+            "zenoh",
+            "Zenoh router, clients in client mode",
+            7447,
+            native=ZenohSpec,
+            native_source="router mode of the PyPI package eclipse-zenoh",
+            compose=ComposeEntry("zenoh.yaml", "zenoh"),
+        ),
+    ),
+)
+"""The Zenoh router (``mqbench/brokers/zenoh_router.py`` hosts it natively)."""

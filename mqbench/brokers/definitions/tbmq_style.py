@@ -1,0 +1,159 @@
+"""mqbench's own TBMQ-style broker as a native process (target ``tbmq-style``).
+
+The broker runs as ``<python> -m mqbench.broker --port <port> ...`` (the interpreter that
+runs mqbench, so it is always "installed"); readiness is an MQTT CONNACK. Options select
+the persistence (``persistence``: memory, redis-async, redis-sync, postgres; ``app_queue``:
+memory, redis-streams) and the broker settings that change results.
+
+When the options ask for Redis or PostgreSQL and give no ``redis_url`` / ``postgres_dsn``,
+the spec starts a throwaway server (``mqbench/brokers/backing_services.py``) before the
+broker, and the runtime stops it after the broker (``companion_pids``), by PID.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbench import __version__
+from mqbench.brokers.backing_services import PostgresService, RedisService
+from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.probes import mqtt_probe
+
+DEFAULTS: dict[str, Any] = {
+    "persistence": "memory",
+    "app_queue": "memory",
+    "redis_url": None,
+    "postgres_dsn": None,
+    "messages_limit": 10_000,
+    "message_ttl": 600,
+    "max_inflight": 1000,
+    "max_packet_size": 16 * 1024 * 1024,
+    "device_pattern": None,
+    "app_pattern": None,
+    "session_expiry": 0,
+    "uvloop": True,
+    "log_level": "info",
+    "postgres_synchronous_commit": "on",
+}
+"""Broker options this spec understands and their defaults."""
+
+
+class TbmqStyleSpec(NativeSpec):
+    """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
+
+    option_defaults = DEFAULTS
+    name = "tbmq-style"
+    executable = "python"
+    install_hint = "built into mqbench (pip install -e .)"
+
+    def __init__(self) -> None:
+        """Services started by ``prepare``, by the config path of their broker instance."""
+        self._services: dict[str, list[RedisService | PostgresService]] = {}
+
+    def find_binary(self) -> Path | None:
+        """The interpreter running mqbench."""
+        return Path(sys.executable)
+
+    def version(self, binary: Path) -> str:
+        """mqbench's version (the broker is part of it)."""
+        return __version__
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """Start Redis/PostgreSQL when needed; return the broker's command line."""
+        opts = merged_options("tbmq-style", DEFAULTS, options)
+        persistence = str(opts["persistence"])
+        app_queue = str(opts["app_queue"])
+        services: list[RedisService | PostgresService] = []
+        redis_url = opts["redis_url"]
+        postgres_dsn = opts["postgres_dsn"]
+        try:
+            if redis_url is None and (
+                persistence.startswith("redis") or app_queue == "redis-streams"
+            ):
+                redis = RedisService(workdir, host).start()
+                services.append(redis)
+                redis_url = redis.url
+            if postgres_dsn is None and persistence == "postgres":
+                pg = PostgresService(
+                    workdir, host, synchronous_commit=str(opts["postgres_synchronous_commit"])
+                ).start()
+                services.append(pg)
+                postgres_dsn = pg.dsn
+        except BaseException:
+            for service in reversed(services):
+                service.stop()
+            raise
+        argv = [
+            str(binary), "-m", "mqbench.broker", "--host", host, "--port", str(port),
+            "--persistence", persistence, "--app-queue", app_queue,
+            "--messages-limit", str(int(opts["messages_limit"])),
+            "--message-ttl", str(int(opts["message_ttl"])),
+            "--max-inflight", str(int(opts["max_inflight"])),
+            "--max-packet-size", str(int(opts["max_packet_size"])),
+            "--session-expiry", str(int(opts["session_expiry"])),
+            "--log-level", str(opts["log_level"]),
+        ]  # fmt: skip
+        if redis_url:
+            argv += ["--redis-url", str(redis_url)]
+        if postgres_dsn:
+            argv += ["--postgres-dsn", str(postgres_dsn)]
+        for key, flag in (("device_pattern", "--device-pattern"), ("app_pattern", "--app-pattern")):
+            if opts[key] is not None:
+                argv += [flag, str(opts[key])]
+        if not opts["uvloop"]:
+            argv.append("--no-uvloop")
+        key = f"{workdir}:{port}"
+        self._services[key] = services
+        settings = {k: opts[k] for k in DEFAULTS if k not in ("redis_url", "postgres_dsn")}
+        settings.update(
+            redis_url=redis_url,
+            postgres_dsn=postgres_dsn,
+            started_services=[type(s).__name__ for s in services],
+            service_pids=[s.pid for s in services],
+        )
+        return LaunchPlan(
+            argv=argv, config_path=None, config_text=" ".join(argv), settings=settings
+        )
+
+    def companion_pids(self, plan: LaunchPlan) -> list[int]:
+        """Stop the services started for this broker (after the broker) and list their PIDs."""
+        pids: list[int] = []
+        for key in [k for k in self._services if k.endswith(":" + _port_of(plan.argv))]:
+            for service in reversed(self._services.pop(key)):
+                if service.pid is not None:
+                    pids.append(service.pid)
+                service.stop()
+        return pids
+
+    def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
+        """An MQTT CONNECT answered by a CONNACK."""
+        return mqtt_probe(host, port, timeout_s)
+
+
+def _port_of(argv: list[str]) -> str:
+    return argv[argv.index("--port") + 1] if "--port" in argv else ""
+
+
+DEFINITION = BrokerDefinition(
+    "tbmq-style",
+    (
+        TargetDefinition(
+            "tbmq-style",
+            "mqbench TBMQ-style broker",
+            "mqtt",
+            "mqbench's built-in TBMQ-style MQTT broker (mqbench/broker)",
+            1883,
+            native=TbmqStyleSpec,
+            native_source="built into mqbench",
+            compose=ComposeEntry("tbmq-style.yaml", "broker", min_startup_s=120.0),
+        ),
+    ),
+)
+"""mqbench's own broker (docs/broker.md): one asyncio process, no profile knob."""
