@@ -19,8 +19,29 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from mqbench.broker.message import Message
 from mqbench.broker.session import Outgoing, PendingAck, Session, Subscription
-from mqbench.broker.topics import valid_filter
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
+from mqbench.wire.mqtt.packets import (
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    encode_publish5,
+    publish_prefix,
+)
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.mqtt.primitives import PROTOCOL_LEVEL_5, PUBACK, PUBCOMP, PUBREC, PUBREL
+from mqbench.wire.mqtt.properties import (
     PROP_ASSIGNED_CLIENT_ID,
     PROP_AUTH_METHOD,
     PROP_MAXIMUM_PACKET_SIZE,
@@ -36,35 +57,11 @@ from mqbench.transports.mqtt_codec import (
     PROP_TOPIC_ALIAS_MAXIMUM,
     PROP_WILDCARD_SUB_AVAILABLE,
     PROP_WILL_DELAY,
-    PROTOCOL_LEVEL_5,
-    PUBACK,
-    PUBCOMP,
-    PUBREC,
-    PUBREL,
-    SUBACK_FAILURE,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    MqttCodecError,
-    MqttProtocolError,
-    Packet,
-    PingReq,
     Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    StreamParser,
-    Suback,
-    Subscribe,
-    Unsuback,
-    Unsubscribe,
     encode_properties,
-    encode_publish5,
-    publish_prefix,
 )
+from mqbench.wire.mqtt.reason_codes import SUBACK_FAILURE
+from mqbench.wire.topics import valid_filter
 
 if TYPE_CHECKING:
     from mqbench.broker.server import Broker

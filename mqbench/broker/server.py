@@ -28,16 +28,10 @@ from mqbench.broker.message import Message
 from mqbench.broker.persistence import create_app_queue, create_device_store
 from mqbench.broker.persistence.base import AppQueue, Clear, DeviceStore, OpQueue
 from mqbench.broker.session import APP, DEVICE, MEMORY, PendingAck, Session, Subscription
-from mqbench.broker.topics import TopicTrie, valid_topic
 from mqbench.errors import BrokerError
-from mqbench.transports.mqtt_codec import (
-    PROP_SUBSCRIPTION_ID,
-    Properties,
-    encode_properties,
-    encode_publish5,
-    publish_prefix,
-    topic_matches,
-)
+from mqbench.wire.mqtt.packets import encode_publish5, publish_prefix
+from mqbench.wire.mqtt.properties import PROP_SUBSCRIPTION_ID, Properties, encode_properties
+from mqbench.wire.topics import TopicTrie, topic_matches, valid_topic
 
 log = logging.getLogger("mqbench.broker")
 

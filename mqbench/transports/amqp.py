@@ -20,7 +20,7 @@ Guarantees:
 Hot paths as in the MQTT transport: a sender is a closure that writes the cached
 method+header+body-frame prefix, the payload and the end octet in one ``transport.write``
 without awaiting; ``data_received`` takes ``time.time_ns()`` once per read and the
-:class:`~mqbench.transports.amqp_codec.FrameParser` calls the subscriber per delivery.
+:class:`~mqbench.wire.amqp.FrameParser` calls the subscriber per delivery.
 
 Heartbeats: the client asks for ``keepalive_s`` (0 disables them), sends a heartbeat frame
 every half interval and drops the connection (``disconnected``) when nothing arrived from
@@ -64,7 +64,16 @@ from pamqp.heartbeat import Heartbeat
 
 from mqbench import __version__
 from mqbench.errors import TransportError
-from mqbench.transports.amqp_codec import (
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    Endpoint,
+    MessageHandler,
+    Sender,
+    max_pending_bytes,
+)
+from mqbench.transports.drain import drain_write_buffer
+from mqbench.wire.amqp import (
     DEFAULT_FRAME_MAX,
     HEARTBEAT_FRAME,
     MIN_FRAME_MAX,
@@ -76,15 +85,6 @@ from mqbench.transports.amqp_codec import (
     publish_frames,
     publish_prefix,
 )
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-    max_pending_bytes,
-)
-from mqbench.transports.drain import drain_write_buffer
 
 DEFAULT_EXCHANGE: Final = "mqbench"
 DEFAULT_PREFETCH: Final = 1000

@@ -2,7 +2,7 @@
 
 Built for the hot path of a benchmark: a sender is a closure that frames a PUBLISH with one
 concatenation and hands it to ``transport.write`` without awaiting; a read is parsed in one
-loop (:class:`~mqbench.transports.mqtt_codec.StreamParser`) that calls the subscriber's
+loop (:class:`~mqbench.wire.mqtt.parser.StreamParser`) that calls the subscriber's
 handler per message with one receive timestamp per read; PUBACKs for inbound QoS 1 messages
 are written once per read. Works with uvloop and with the default asyncio loop.
 
@@ -52,32 +52,26 @@ from mqbench.transports.base import (
     max_pending_bytes,
 )
 from mqbench.transports.drain import drain_write_buffer
-from mqbench.transports.mqtt_codec import (
-    CONNACK_MESSAGES,
+from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
+from mqbench.wire.mqtt.packets import (
     DISCONNECT_BYTES,
-    MAX_PACKET_ID,
     PINGREQ_BYTES,
-    PUBACK,
-    PUBCOMP,
-    PUBREC,
-    PUBREL,
-    SUBACK_FAILURE,
     Connack,
     Connect,
-    MqttCodecError,
-    MqttProtocolError,
     Packet,
     PingResp,
     PubComp,
     PubRec,
-    StreamParser,
     Suback,
     Subscribe,
     Unsuback,
     Will,
     publish_prefix,
-    topic_matches,
 )
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.mqtt.primitives import MAX_PACKET_ID, PUBACK, PUBCOMP, PUBREC, PUBREL
+from mqbench.wire.mqtt.reason_codes import CONNACK_MESSAGES, SUBACK_FAILURE
+from mqbench.wire.topics import topic_matches
 
 DEFAULT_WRITE_BUFFER_HIGH: Final = 256 * 1024 * 1024
 _ROUTE_CACHE_MAX: Final = 4096

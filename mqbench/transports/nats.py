@@ -8,7 +8,7 @@ hot paths are:
   schedules a single write for the end of the current loop iteration, so a burst of sends
   costs one syscall instead of one per message. Nothing awaits.
 * receive: ``data_received`` takes ``time.time_ns()`` once per read and hands the chunk to
-  ``nats_codec.NatsParser``, which calls the subscription's handler per ``MSG``.
+  ``mqbench.wire.nats.NatsParser``, which calls the subscription's handler per ``MSG``.
 
 Subscriptions and ``flush`` are confirmed with a ``PING``/``PONG`` round trip: the server
 answers a ``PING`` only after it processed everything sent before it. Server PINGs are
@@ -40,7 +40,7 @@ from mqbench.transports.base import (
     Sender,
     max_pending_bytes,
 )
-from mqbench.transports.nats_codec import (
+from mqbench.wire.nats import (
     CRLF,
     PING,
     PONG,
@@ -52,7 +52,7 @@ from mqbench.transports.nats_codec import (
     encode_subject,
     pub_header,
 )
-from mqbench.transports.topics import to_nats_subject
+from mqbench.wire.topics import to_nats_subject
 
 _time_ns = time.time_ns
 

@@ -12,11 +12,11 @@ Hot paths:
   ``*3 $7 PUBLISH $<n> <channel> $<size>`` prefix, the payload and CRLF to one output
   ``bytearray`` and schedules a single write for the end of the loop iteration (one syscall
   per burst). Redis answers every ``PUBLISH`` with the number of subscribers that received
-  it; those replies are parsed in runs (``redis_codec``) and counted, never awaited:
+  it; those replies are parsed in runs (``mqbench.wire.resp``) and counted, never awaited:
   ``publish_stats`` reports them, and the first ``PUBLISH`` that reached no subscriber is
   reported once as a ``publish_unreceived`` event.
 * receive: ``data_received`` takes ``time.time_ns()`` once per read and hands the chunk to
-  ``redis_codec.RespParser``, whose fixed-frame fast path calls the subscription's handler
+  ``mqbench.wire.resp.RespParser``, whose fixed-frame fast path calls the subscription's handler
   per ``message`` push.
 
 ``connect`` pipelines ``[AUTH]``, ``CLIENT SETNAME`` and ``PING`` and waits for their replies;
@@ -51,7 +51,7 @@ from mqbench.transports.base import (
     Sender,
     max_pending_bytes,
 )
-from mqbench.transports.redis_codec import (
+from mqbench.wire.resp import (
     CRLF,
     Reply,
     RespError,
@@ -60,7 +60,7 @@ from mqbench.transports.redis_codec import (
     encode_command,
     publish_prefix,
 )
-from mqbench.transports.topics import is_filter
+from mqbench.wire.topics import is_filter
 
 _time_ns = time.time_ns
 

@@ -70,7 +70,7 @@ from mqbench.transports.base import (
     MessageHandler,
     Sender,
 )
-from mqbench.transports.topics import to_zenoh_key
+from mqbench.wire.topics import to_zenoh_key
 
 _time_ns = time.time_ns
 

@@ -27,7 +27,7 @@ from mqbench.records.results import SpaceReserve, check_output_root, create_resu
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Faults, Scenario
 from mqbench.transports.registry import get_transport, resolve_client
-from mqbench.transports.topics import is_filter
+from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import (
     RESERVE_BYTES,
     check_disk_space,

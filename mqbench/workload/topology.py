@@ -23,7 +23,7 @@ from typing import Any
 
 from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
-from mqbench.transports.topics import is_filter, topic_matches
+from mqbench.wire.topics import is_filter, topic_matches
 
 COUNTRY_CODES = ("ua", "us", "de", "fr", "pl", "gb", "it", "es", "nl", "se")
 

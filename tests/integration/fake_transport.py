@@ -19,7 +19,7 @@ from mqbench.transports.base import (
     MessageHandler,
     Sender,
 )
-from mqbench.transports.topics import topic_matches
+from mqbench.wire.topics import topic_matches
 
 DROP_MODULUS = 7
 

@@ -24,18 +24,18 @@ from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions, Endpoint
 from mqbench.transports.mqtt import MqttClient, MqttTransport
-from mqbench.transports.mqtt_codec import (
+from mqbench.transports.registry import get_transport
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
     Packet,
     PingReq,
     PingResp,
-    StreamParser,
     Suback,
     Subscribe,
 )
-from mqbench.transports.registry import get_transport
+from mqbench.wire.mqtt.parser import StreamParser
 
 pytestmark = pytest.mark.integration
 

@@ -21,18 +21,18 @@ from tbmq_helpers import BrokerThread, running_broker
 from mqbench.brokers.specs.tbmq_style import PostgresService, RedisService
 from mqbench.transports.base import ClientOptions, Endpoint
 from mqbench.transports.mqtt import MqttClient
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
     Publish,
     PubRel,
-    StreamParser,
     Subscribe,
     Will,
     encode_publish,
     publish_prefix,
 )
+from mqbench.wire.mqtt.parser import StreamParser
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,8 @@ from pamqp.body import ContentBody
 from pamqp.heartbeat import Heartbeat
 
 from mqbench.transports.amqp import AmqpClient
-from mqbench.transports.amqp_codec import (
+from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.wire.amqp import (
     HEARTBEAT_FRAME,
     AmqpCodecError,
     FrameParser,
@@ -21,7 +22,6 @@ from mqbench.transports.amqp_codec import (
     publish_method,
     publish_prefix,
 )
-from mqbench.transports.base import ClientOptions, Endpoint
 
 Delivery = tuple[int, bytes, int, bytes]
 

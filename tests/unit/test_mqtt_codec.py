@@ -9,13 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbench.errors import TransportError
-from mqbench.transports.mqtt_codec import (
-    MAX_REMAINING_LENGTH,
+from mqbench.wire.mqtt.decode import decode_packet
+from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
-    MqttCodecError,
-    MqttProtocolError,
     Packet,
     PingReq,
     PingResp,
@@ -24,20 +23,22 @@ from mqbench.transports.mqtt_codec import (
     Publish,
     PubRec,
     PubRel,
-    StreamParser,
     Suback,
     Subscribe,
     Unsuback,
     Unsubscribe,
     Will,
-    decode_packet,
-    decode_remaining_length,
     encode_puback,
     encode_publish,
-    encode_remaining_length,
     publish_prefix,
-    topic_matches,
 )
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.mqtt.primitives import (
+    MAX_REMAINING_LENGTH,
+    decode_remaining_length,
+    encode_remaining_length,
+)
+from mqbench.wire.topics import topic_matches
 
 # Remaining-length table of MQTT 3.1.1 section 2.2.3 (Table 2.4), boundaries of each size.
 REMAINING_LENGTH_VECTORS = [

@@ -11,7 +11,8 @@ from typing import Any
 
 from mqbench.transports.base import ClientOptions, Endpoint
 from mqbench.transports.mqtt import MqttClient
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.decode import decode_packet
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Packet,
@@ -20,9 +21,8 @@ from mqbench.transports.mqtt_codec import (
     Publish,
     PubRec,
     PubRel,
-    decode_packet,
-    decode_remaining_length,
 )
+from mqbench.wire.mqtt.primitives import decode_remaining_length
 
 
 class ScriptedBroker:

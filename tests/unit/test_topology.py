@@ -3,12 +3,7 @@ import pytest
 from mqbench.errors import ScenarioError
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell, expand
-from mqbench.transports.topics import (
-    to_nats_subject,
-    to_redis_pattern,
-    to_zenoh_key,
-    topic_matches,
-)
+from mqbench.wire.topics import to_nats_subject, to_redis_pattern, to_zenoh_key, topic_matches
 from mqbench.workload.topology import build_topology
 
 
