@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from mqbench.transports.base import Endpoint
+from mqbench.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from mqbench.brokers.sampler import SampleSource

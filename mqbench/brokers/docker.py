@@ -66,8 +66,8 @@ from mqbench.brokers.tbmq_api import (
     bootstrap_credentials,
     wait_for_health,
 )
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
-from mqbench.transports.base import Endpoint
 
 CHECK_TIMEOUT_S = 10.0
 """Timeout of ``docker info`` / ``docker compose version``."""

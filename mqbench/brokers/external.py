@@ -15,8 +15,8 @@ import psutil
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.net import tcp_reachable
 from mqbench.brokers.targets import get_target
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
-from mqbench.transports.base import Endpoint
 
 KNOWN_OPTIONS = frozenset({"host", "port", "pid", "version"})
 """Options the external runtime understands."""

@@ -32,8 +32,8 @@ from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.specs import native_specs
 from mqbench.brokers.specs.base import NativeSpec
 from mqbench.brokers.targets import Target, get_target
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
-from mqbench.transports.base import Endpoint
 
 STOP_GRACE_S = 10.0
 """How long ``stop`` waits after SIGTERM before it sends SIGKILL."""

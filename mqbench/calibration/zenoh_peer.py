@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.zenoh import ZenohClient
 
 CLIENT: str = "mqbench.calibration.zenoh_peer:ZenohPeerTransport"

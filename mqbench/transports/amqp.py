@@ -63,11 +63,11 @@ from pamqp.base import Frame
 from pamqp.heartbeat import Heartbeat
 
 from mqbench import __version__
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
     MessageHandler,
     Sender,
     max_pending_bytes,

@@ -14,8 +14,6 @@ from typing import Any, Protocol
 
 from mqbench.endpoint import Endpoint
 
-__all__ = ["Endpoint"]  # re-exported until every module imports mqbench.endpoint
-
 MessageHandler = Callable[[memoryview | bytes, int], None]
 """``(payload, t_recv_ns)``: called per delivered message; payload starts with the header.
 

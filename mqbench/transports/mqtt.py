@@ -42,11 +42,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, cast
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
     MessageHandler,
     Sender,
     max_pending_bytes,

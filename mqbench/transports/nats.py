@@ -31,11 +31,11 @@ from collections import deque
 from typing import Any, cast
 
 from mqbench import __version__
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
     MessageHandler,
     Sender,
     max_pending_bytes,

@@ -42,11 +42,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, cast
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
     MessageHandler,
     Sender,
     max_pending_bytes,

@@ -62,14 +62,9 @@ import time
 from collections import deque
 from typing import Any
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-)
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 from mqbench.wire.topics import to_zenoh_key
 
 _time_ns = time.time_ns

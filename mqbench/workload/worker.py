@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from mqbench import lifeline
+from mqbench.endpoint import Endpoint
 from mqbench.errors import MqbenchError, TransportError
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.writer import RecordWriter
-from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.schedule import InterleavedSchedule, PublishLoop

@@ -11,14 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-)
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 from mqbench.wire.topics import topic_matches
 
 DROP_MODULUS = 7

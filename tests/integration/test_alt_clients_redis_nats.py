@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header
-from mqbench.transports.base import Client, ClientOptions, Endpoint
+from mqbench.transports.base import Client, ClientOptions
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration

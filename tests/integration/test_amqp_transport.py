@@ -21,10 +21,11 @@ import pytest
 from loops import LOOPS, run, wait_until
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.amqp import AmqpClient, AmqpTransport
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration

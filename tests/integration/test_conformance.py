@@ -22,8 +22,9 @@ import pytest
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.targets import get_target
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.base import Client, ClientOptions, Endpoint, Transport
+from mqbench.transports.base import Client, ClientOptions, Transport
 from mqbench.transports.registry import get_transport, resolve_client
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,10 @@ from loops import LOOPS, run, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient, MqttTransport
 from mqbench.transports.registry import get_transport
 from mqbench.wire.mqtt.packets import (

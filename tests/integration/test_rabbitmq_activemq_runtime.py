@@ -24,9 +24,10 @@ from mqbench.brokers.specs import rabbitmq as rabbitmq_spec
 from mqbench.brokers.specs.activemq import ActiveMqSpec
 from mqbench.brokers.specs.rabbitmq import RabbitMqSpec, find_epmd
 from mqbench.brokers.targets import get_target
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 from mqbench.transports.amqp import AmqpTransport
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttTransport
 
 pytestmark = pytest.mark.integration

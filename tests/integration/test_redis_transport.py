@@ -15,9 +15,10 @@ import redis.asyncio as aioredis
 from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.redis import RedisClient, RedisTransport
 from mqbench.transports.registry import get_transport
 

@@ -19,7 +19,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tbmq_helpers import BrokerThread, running_broker
 
 from mqbench.brokers.specs.tbmq_style import PostgresService, RedisService
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient
 from mqbench.wire.mqtt.packets import (
     Connack,

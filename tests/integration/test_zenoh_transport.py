@@ -17,9 +17,10 @@ import zenoh
 from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.registry import get_transport
 from mqbench.transports.zenoh import ZenohClient, ZenohTransport
 

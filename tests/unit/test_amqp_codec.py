@@ -10,8 +10,9 @@ from pamqp import commands, frame, header
 from pamqp.body import ContentBody
 from pamqp.heartbeat import Heartbeat
 
+from mqbench.endpoint import Endpoint
 from mqbench.transports.amqp import AmqpClient
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.wire.amqp import (
     HEARTBEAT_FRAME,
     AmqpCodecError,

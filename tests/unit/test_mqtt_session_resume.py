@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient
 from mqbench.wire.mqtt.decode import decode_packet
 from mqbench.wire.mqtt.packets import (

@@ -25,8 +25,9 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 
 
 class AioPikaTransport:

@@ -20,8 +20,9 @@ from typing import Any
 
 import aiomqtt
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 
 
 class AiomqttTransport:

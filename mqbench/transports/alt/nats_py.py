@@ -20,15 +20,10 @@ from typing import Any
 import nats
 from nats import errors as nats_errors
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.alt._outbox import Outbox, probe_tcp
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-)
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 
 
 class NatsPyClient:

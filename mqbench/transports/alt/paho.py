@@ -33,8 +33,9 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.base import AckHandler, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 
 
 class PahoTransport:

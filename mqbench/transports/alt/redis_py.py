@@ -20,15 +20,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.transports.alt._outbox import Outbox, probe_tcp
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-)
+from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
