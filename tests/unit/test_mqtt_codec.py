@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbench.errors import TransportError
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.wire.mqtt.decode import decode_packet
 from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
 from mqbench.wire.mqtt.packets import (
@@ -37,6 +37,12 @@ from mqbench.wire.mqtt.primitives import (
     MAX_REMAINING_LENGTH,
     decode_remaining_length,
     encode_remaining_length,
+)
+from mqbench.wire.mqtt.reason_codes import (
+    RC_MALFORMED,
+    RC_PACKET_TOO_LARGE,
+    RC_PROTOCOL_ERROR,
+    RC_RECEIVE_MAX_EXCEEDED,
 )
 from mqbench.wire.topics import topic_matches
 
@@ -423,8 +429,18 @@ def test_truncated_packet_raises_in_one_shot_decoding_and_at_end_of_stream() -> 
 
 def test_packet_larger_than_the_limit_is_rejected_before_buffering() -> None:
     parser = StreamParser(max_packet_size=1000)
-    with pytest.raises(MqttCodecError, match="exceeds the limit"):
+    with pytest.raises(MqttCodecError, match="exceeds the limit") as raised:
         parser.feed(publish_prefix("t", 5000))
+    assert raised.value.reason_code == RC_PACKET_TOO_LARGE
+
+
+def test_protocol_errors_carry_their_mqtt5_reason_code_and_kind() -> None:
+    with pytest.raises(MqttCodecError) as raised:
+        decode_packet(bytes((0x62, 2, 0, 0)))
+    assert raised.value.reason_code == RC_MALFORMED
+    assert raised.value.kind is TransportErrorKind.PROTOCOL
+    assert MqttProtocolError("x").reason_code == RC_PROTOCOL_ERROR
+    assert MqttProtocolError("x", RC_RECEIVE_MAX_EXCEEDED).reason_code == RC_RECEIVE_MAX_EXCEEDED
 
 
 def test_password_without_user_name_is_malformed_in_3_1_1() -> None:
