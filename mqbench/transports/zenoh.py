@@ -63,8 +63,9 @@ from collections import deque
 from typing import Any
 
 from mqbench.endpoint import Endpoint
-from mqbench.errors import TransportError
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.stream import probe_tcp
 from mqbench.wire.topics import to_zenoh_key
 
 _time_ns = time.time_ns
@@ -187,20 +188,12 @@ class ZenohClient:
                 "eclipse-zenoh is not installed (pip install eclipse-zenoh)"
             ) from None
         started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout):
-                _, writer = await asyncio.open_connection(self._endpoint.host, self._endpoint.port)
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-        except TimeoutError:
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
             raise TransportError(
-                f"cannot connect to zenoh at {self._where}: no TCP connection within {timeout:g} s"
-            ) from None
-        except OSError as exc:
-            raise TransportError(
-                f"cannot connect to zenoh at {self._where}: {_describe_oserror(exc)}"
-            ) from None
+                f"cannot connect to zenoh at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         remaining = max(timeout - (time.monotonic() - started), 0.1)
         peer = self._settings["mode"] == "peer"
         settings: list[tuple[str, Any]] = [
@@ -356,7 +349,7 @@ class ZenohClient:
                 {
                     "endpoint": self._where,
                     "reason": self._failure or "closed by client",
-                    "requested": self._failure is None,
+                    "expected": self._failure is None,
                 },
             )
 
@@ -410,7 +403,7 @@ class ZenohClient:
         else:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "router link lost", "requested": False},
+                {"endpoint": self._where, "reason": "router link lost", "expected": False},
             )
 
     # ------------------------------------------------------------------ helpers
@@ -472,15 +465,6 @@ class ZenohClient:
 def _short(exc: BaseException) -> str:
     """A zenoh error without its Rust source location."""
     return str(exc).split(" at /", 1)[0].strip() or type(exc).__name__
-
-
-def _describe_oserror(exc: BaseException) -> str:
-    """One short phrase for a socket error ("connection refused", ...)."""
-    if isinstance(exc, ConnectionRefusedError) or "[Errno 111]" in str(exc):
-        return "connection refused"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[0].lower() + exc.strerror[1:]
-    return str(exc) or type(exc).__name__
 
 
 class ZenohTransport:

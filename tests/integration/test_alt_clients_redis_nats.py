@@ -159,4 +159,4 @@ def test_close_is_clean_idempotent_and_reported(
     assert not connected
     assert not sent_after
     assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is True
+    assert events[1][1]["expected"] is True

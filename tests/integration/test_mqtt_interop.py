@@ -293,8 +293,7 @@ def test_clean_close_sends_disconnect_so_the_broker_does_not_publish_the_will(
                 mosquitto.endpoint, "dying", will={"topic": "wills/dying", "payload": b"x"}
             )
             await dying.connect()
-            assert dying._transport is not None
-            dying._transport.abort()
+            dying._stream.abort()  # the socket dies without DISCONNECT
             await wait_until(lambda: oracle.count() >= 1)
             await asyncio.sleep(0.3)  # a wrongly published clean will would show up by now
             return client.connected, client.sender("wills/x", 0)(b"late", 0)

@@ -282,7 +282,7 @@ def test_close_is_clean_idempotent_and_reported(nats: RunningBroker, loop_kind: 
     assert not sent_after_close
     assert pending == 0
     assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is True
+    assert events[1][1]["expected"] is True
     assert events[1][1]["reason"] == "closed by client"
 
 
@@ -309,7 +309,7 @@ def test_server_going_away_is_reported_as_an_unrequested_disconnect(
     assert not sent
     kinds = [kind for kind, _ in events]
     assert kinds == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is False
+    assert events[1][1]["expected"] is False
 
 
 def test_client_answers_server_pings_and_stays_connected(
@@ -399,6 +399,6 @@ def test_a_server_that_stops_answering_is_dropped_after_two_unanswered_keepalive
     connected, elapsed = run(loop_kind, scenario())
     assert not connected
     assert 2.5 < elapsed < 4.5
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is False
+    assert [kind for kind, _ in events] == ["connected", "protocol_error", "disconnected"]
+    assert events[2][1]["expected"] is False
     assert events[1][1]["reason"].startswith("stale connection: no PONG to 2 keepalive PINGs")

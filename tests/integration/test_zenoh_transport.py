@@ -299,7 +299,7 @@ def test_close_is_clean_idempotent_and_reported(router: RunningBroker, loop_kind
     assert not connected
     assert not sent_after_close
     assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is True
+    assert events[1][1]["expected"] is True
 
 
 def test_router_going_away_is_reported_as_an_unrequested_disconnect(
@@ -325,5 +325,5 @@ def test_router_going_away_is_reported_as_an_unrequested_disconnect(
     assert not connected
     assert not sent
     assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is False
+    assert events[1][1]["expected"] is False
     assert events[1][1]["reason"] == "router link lost"

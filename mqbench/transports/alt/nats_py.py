@@ -22,8 +22,9 @@ from nats import errors as nats_errors
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.alt._outbox import Outbox, probe_tcp
+from mqbench.transports.alt._outbox import Outbox
 from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.stream import probe_tcp
 
 
 class NatsPyClient:
@@ -158,7 +159,7 @@ class NatsPyClient:
         if was_connected:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "requested": True},
+                {"endpoint": self._where, "reason": "closed by client", "expected": True},
             )
 
     # ------------------------------------------------------------------ internals
@@ -181,7 +182,7 @@ class NatsPyClient:
         if not self._connected or self._closing:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "requested": False})
+        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
 
     def _describe(self, exc: BaseException) -> str:
         text = str(exc)

@@ -22,8 +22,9 @@ from redis import exceptions as redis_errors
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
-from mqbench.transports.alt._outbox import Outbox, probe_tcp
+from mqbench.transports.alt._outbox import Outbox
 from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.stream import probe_tcp
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
@@ -160,7 +161,7 @@ class RedisPyClient:
         if was_connected:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "requested": True},
+                {"endpoint": self._where, "reason": "closed by client", "expected": True},
             )
 
     # ------------------------------------------------------------------ internals
@@ -195,7 +196,7 @@ class RedisPyClient:
         if not self._connected:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "requested": False})
+        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
 
     async def _dispose(self) -> None:
         with contextlib.suppress(Exception):
