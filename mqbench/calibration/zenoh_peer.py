@@ -23,7 +23,7 @@ from typing import Any
 
 from mqbench.endpoint import Endpoint
 from mqbench.transports.base import ClientOptions
-from mqbench.transports.zenoh import ZenohClient
+from mqbench.transports.zenoh import CAPABILITIES, ZenohClient
 
 CLIENT: str = "mqbench.calibration.zenoh_peer:ZenohPeerTransport"
 """The ``client`` value that selects the lean zenoh client in peer mode."""
@@ -56,7 +56,7 @@ class ZenohPeerTransport:
 
     name = "zenoh"
     protocol = "zenoh"
-    max_qos = 0
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> ZenohClient:
         """A new, unconnected peer-mode ``ZenohClient`` whose discovery peer is ``endpoint``."""

@@ -64,7 +64,15 @@ from pamqp.heartbeat import Heartbeat
 from mqbench import __version__
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.amqp import (
     DEFAULT_FRAME_MAX,
@@ -89,6 +97,9 @@ CONFIRM_CHANNEL: Final = 2
 """Channel in confirm mode for QoS 1 publishes."""
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
+CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
+"""What the amqp client can do."""
+
 
 class AmqpProtocolError(TransportError):
     """The broker said or did something this client cannot continue after."""
@@ -102,7 +113,7 @@ class AmqpTransport:
 
     name: str = "amqp"
     protocol: str = "amqp"
-    max_qos: int = 1
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AmqpClient:
         """Return a new, unconnected client."""
@@ -155,10 +166,12 @@ class AmqpClient:
         """True between a completed handshake and the loss or close of the connection."""
         return self._stream.connected
 
-    @property
-    def sends_refused(self) -> int:
-        """Sends refused because the output buffer was full (``Sender``)."""
-        return self._stream.sends_refused
+    def stats(self) -> ClientStats:
+        """Sends refused because the output buffer was full (``Sender``); deliveries for an
+        unknown consumer; publishes the broker rejected."""
+        return ClientStats(
+            sends_refused=self._stream.sends_refused, unrouted=self.unrouted, nacked=self.nacked
+        )
 
     @property
     def inflight(self) -> int:
@@ -261,8 +274,7 @@ class AmqpClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare a queue, bind it with ``topic``, consume; return once the broker confirmed."""
-        if qos not in (0, 1):
-            raise TransportError(f"amqp transport supports QoS 0 and 1, not {qos}", _UNSUPPORTED)
+        require_qos(qos, "amqp", CAPABILITIES)
         _check_topic(topic)
         stream = self._stream
         stream.require_connected(f"subscribe to {topic!r}")
@@ -339,8 +351,7 @@ class AmqpClient:
         the broker's ``Basic.Ack``. Returns False when not connected, when the output is
         full or (QoS 1) when ``max_inflight`` publishes are unconfirmed.
         """
-        if qos not in (0, 1):
-            raise TransportError(f"amqp transport supports QoS 0 and 1, not {qos}", _UNSUPPORTED)
+        require_qos(qos, "amqp", CAPABILITIES)
         _check_topic(topic)
         routing_key = topic.encode("utf-8")
         exchange = self._exchange.encode("utf-8")

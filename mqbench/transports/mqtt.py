@@ -41,7 +41,15 @@ from typing import Any, Final
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
 from mqbench.wire.mqtt.packets import (
@@ -68,13 +76,16 @@ _ROUTE_CACHE_MAX: Final = 4096
 _pack_u16 = struct.Struct(">H").pack
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
+CAPABILITIES = TransportCapabilities(max_qos=2, persistent_sessions=True, wildcard_filters=True)
+"""What the mqtt client can do."""
+
 
 class MqttTransport:
     """The ``mqtt`` transport: MQTT 3.1.1 clients, QoS 0, 1 and 2."""
 
     name: str = "mqtt"
     protocol: str = "mqtt"
-    max_qos: int = 2
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> MqttClient:
         """Return a new, unconnected client."""
@@ -158,11 +169,15 @@ class MqttClient:
         """True between a successful CONNACK and the loss or close of the connection."""
         return self._stream.connected
 
-    @property
-    def sends_refused(self) -> int:
+    def stats(self) -> ClientStats:
         """Sends refused because the output buffer (or the unacknowledged QoS >= 1 frames
-        kept for resending) exceeded ``max_pending_bytes`` (``Sender``)."""
-        return self._stream.sends_refused
+        kept for resending) exceeded ``max_pending_bytes`` (``Sender``); QoS 2 publishes
+        completed as QoS 1; messages that matched no subscription."""
+        return ClientStats(
+            sends_refused=self._stream.sends_refused,
+            qos2_acked_as_qos1=self.qos2_acked_as_qos1,
+            unrouted=self.unrouted,
+        )
 
     @property
     def inflight(self) -> int:
@@ -221,8 +236,7 @@ class MqttClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe ``on_message`` to ``topic`` and wait for a successful SUBACK."""
-        if qos not in (0, 1, 2):
-            raise TransportError(f"mqtt transport supports QoS 0, 1 and 2, not {qos}", _UNSUPPORTED)
+        require_qos(qos, "mqtt", CAPABILITIES)
         stream = self._stream
         stream.require_connected(f"subscribe to {topic!r}")
         # Register first: messages may arrive in the same read as the SUBACK.
@@ -273,8 +287,7 @@ class MqttClient:
         QoS 1; PUBCOMP, after PUBREC/PUBREL, for QoS 2). Returns False when not connected,
         when the output is full or (QoS >= 1) when all 65535 packet ids are in flight.
         """
-        if qos not in (0, 1, 2):
-            raise TransportError(f"mqtt transport supports QoS 0, 1 and 2, not {qos}", _UNSUPPORTED)
+        require_qos(qos, "mqtt", CAPABILITIES)
         raw_topic = topic.encode("utf-8")
         if not raw_topic or "+" in topic or "#" in topic:
             raise TransportError(f"invalid topic to publish to: {topic!r}", _UNSUPPORTED)

@@ -32,7 +32,15 @@ from typing import Any
 from mqbench import __version__
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.nats import (
     CRLF,
@@ -54,6 +62,9 @@ DEFAULT_MAX_PAYLOAD = 1 << 20
 """Assumed ``max_payload`` when the server's INFO does not state one."""
 
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=True)
+"""What the nats client can do."""
 
 
 def nats_subject(topic: str) -> str:
@@ -100,10 +111,9 @@ class NatsClient:
         """True while the connection is up and the handshake has completed."""
         return self._stream.connected
 
-    @property
-    def sends_refused(self) -> int:
+    def stats(self) -> ClientStats:
         """Sends refused because the output buffer was full (``Sender``)."""
-        return self._stream.sends_refused
+        return ClientStats(sends_refused=self._stream.sends_refused)
 
     @property
     def server_info(self) -> dict[str, Any]:
@@ -148,10 +158,7 @@ class NatsClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Send SUB and return once a PING/PONG round trip confirmed it."""
-        if qos > 0:
-            raise TransportError(
-                f"NATS core is at-most-once; QoS {qos} not supported", _UNSUPPORTED
-            )
+        require_qos(qos, "nats", CAPABILITIES)
         stream = self._stream
         stream.require_connected(f"subscribe to {topic!r}")
         try:
@@ -193,10 +200,7 @@ class NatsClient:
         The sender returns False when the client is not connected or its output is full,
         and raises ``TransportError`` for a payload larger than the server's ``max_payload``.
         """
-        if qos > 0:
-            raise TransportError(
-                f"NATS core is at-most-once; QoS {qos} not supported", _UNSUPPORTED
-            )
+        require_qos(qos, "nats", CAPABILITIES)
         try:
             subject = encode_subject(nats_subject(topic), wildcards=False)
         except ValueError as exc:
@@ -325,7 +329,7 @@ class NatsTransport:
 
     name = "nats"
     protocol = "nats"
-    max_qos = 0
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsClient:
         """Return a new, unconnected ``NatsClient``."""

@@ -43,7 +43,15 @@ from typing import Any
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.resp import (
     CRLF,
@@ -71,6 +79,9 @@ SUBSCRIBER_CLOSED = (
 """Why a subscriber's connection went when Redis closed it without a word."""
 
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+"""What the redis client can do."""
 
 
 @dataclass(frozen=True)
@@ -131,10 +142,9 @@ class RedisClient:
         """True while the connection is up and the handshake has completed."""
         return self._stream.connected
 
-    @property
-    def sends_refused(self) -> int:
+    def stats(self) -> ClientStats:
         """Sends refused because the output buffer was full (``Sender``)."""
-        return self._stream.sends_refused
+        return ClientStats(sends_refused=self._stream.sends_refused)
 
     @property
     def publish_stats(self) -> PublishStats:
@@ -178,10 +188,7 @@ class RedisClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Send ``SUBSCRIBE`` and return once Redis confirmed it."""
-        if qos > 0:
-            raise TransportError(
-                f"Redis Pub/Sub is at-most-once; QoS {qos} not supported", _UNSUPPORTED
-            )
+        require_qos(qos, "redis", CAPABILITIES)
         stream = self._stream
         stream.require_connected(f"subscribe to {topic!r}")
         if self._role == "publisher":
@@ -227,10 +234,7 @@ class RedisClient:
         The sender returns False when the client is not connected or its output is full,
         and raises ``TransportError`` for a payload above Redis's 512 MiB bulk limit.
         """
-        if qos > 0:
-            raise TransportError(
-                f"Redis Pub/Sub is at-most-once; QoS {qos} not supported", _UNSUPPORTED
-            )
+        require_qos(qos, "redis", CAPABILITIES)
         if self._role == "subscriber":
             raise TransportError(
                 "a subscribed redis connection cannot publish (RESP2 subscribed mode); "
@@ -398,7 +402,7 @@ class RedisTransport:
 
     name = "redis"
     protocol = "redis"
-    max_qos = 0
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisClient:
         """Return a new, unconnected ``RedisClient``."""

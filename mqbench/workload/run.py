@@ -172,16 +172,17 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
         for client in scenario.client:
             name = resolve_client(target.transport, client)
             transport = get_transport(name)
+            capabilities = transport.capabilities
             for qos in scenario.workload.qos:
-                if qos > transport.max_qos:
+                if qos > capabilities.max_qos:
                     raise ScenarioError(
                         f"target {target_name!r}: QoS {qos} is not supported by the "
-                        f"{name} client (max QoS {transport.max_qos})"
+                        f"{name} client (max QoS {capabilities.max_qos})"
                     )
-            if scenario.workload.is_persistent and target.transport != "mqtt":
+            if scenario.workload.is_persistent and not capabilities.persistent_sessions:
                 raise ScenarioError(
-                    f"target {target_name!r}: persistent sessions are an MQTT feature; "
-                    f"{target.transport} has no equivalent here (set workload.persistent: false)"
+                    f"target {target_name!r}: persistent sessions are an MQTT feature; the "
+                    f"{name} client has no equivalent (set workload.persistent: false)"
                 )
     known_profiles = profile_names()
     for profile in scenario.resources:
@@ -199,11 +200,12 @@ def check_combinations(scenario: Scenario, cells: list[Cell]) -> None:
         topology = build_topology(cell, "check", scenario.seed)
         if scenario.faults is not None:
             fault_targets(topology, scenario.faults.target)
-        protocol = get_target(cell.target).transport
-        if protocol == "redis" and any(is_filter(s.topic_filter) for s in topology.subscribers):
+        name = resolve_client(get_target(cell.target).transport, cell.client)
+        wildcards = get_transport(name).capabilities.wildcard_filters
+        if not wildcards and any(is_filter(s.topic_filter) for s in topology.subscribers):
             raise ScenarioError(
                 f"target {cell.target!r}: topology {cell.topology!r} subscribes with wildcard "
-                "filters, which the redis client does not support (exact channels only)"
+                f"filters, which the {name} client does not support (exact topics only)"
             )
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+)
 from mqbench.wire.topics import topic_matches
 
 DROP_MODULUS = 7
@@ -75,13 +82,18 @@ class FakeClient:
     async def close(self) -> None:
         self._connected = False
 
+    def stats(self) -> ClientStats:
+        return ClientStats()
+
 
 class DroppingTransport:
     """Transport factory for the fake broker."""
 
     name = "fake"
     protocol = "mqtt"
-    max_qos = 0
+    capabilities = TransportCapabilities(
+        max_qos=0, persistent_sessions=False, wildcard_filters=True
+    )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> Any:
         return FakeClient(options)

@@ -54,12 +54,6 @@ def payloads(count: int, size: int = 64) -> list[bytes]:
 
 
 @pytest.mark.parametrize("name", sorted(CLIENTS))
-def test_the_registry_names_the_stock_client_with_qos_0_only(name: str) -> None:
-    transport = get_transport(name)
-    assert (transport.name, transport.protocol, transport.max_qos) == (name, CLIENTS[name], 0)
-
-
-@pytest.mark.parametrize("name", sorted(CLIENTS))
 def test_a_thousand_messages_each_way_between_the_stock_and_the_lean_client_arrive_intact(
     name: str, brokers: dict[str, RunningBroker]
 ) -> None:

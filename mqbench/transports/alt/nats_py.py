@@ -21,10 +21,21 @@ import nats
 from nats import errors as nats_errors
 
 from mqbench.endpoint import Endpoint
-from mqbench.errors import TransportError
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.alt._outbox import Outbox
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import probe_tcp
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+"""What the nats-py client can do."""
 
 
 class NatsPyClient:
@@ -51,7 +62,10 @@ class NatsPyClient:
     async def connect(self) -> None:
         """Connect with nats-py (no reconnects) within the connect timeout."""
         if self._started:
-            raise TransportError(f"nats-py client for {self._where} was already connected once")
+            raise TransportError(
+                f"nats-py client for {self._where} was already connected once",
+                TransportErrorKind.NOT_REUSABLE,
+            )
         self._started = True
         timeout = self._options.connect_timeout_s
         extra = self._options.extra
@@ -67,7 +81,10 @@ class NatsPyClient:
         }
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
-            raise TransportError(f"cannot connect to nats at {self._where}: {refused}")
+            raise TransportError(
+                f"cannot connect to nats at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         for ours, theirs in (("user", "user"), ("password", "password"), ("token", "token")):
             if extra.get(ours) is not None:
                 kwargs[theirs] = extra[ours]
@@ -78,11 +95,13 @@ class NatsPyClient:
                 )
         except TimeoutError:
             raise TransportError(
-                f"cannot connect to nats at {self._where}: no handshake within {timeout:g} s"
+                f"cannot connect to nats at {self._where}: no handshake within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except Exception as exc:
             raise TransportError(
-                f"cannot connect to nats at {self._where}: {self._describe(exc)}"
+                f"cannot connect to nats at {self._where}: {self._describe(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
@@ -91,10 +110,12 @@ class NatsPyClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe with a callback and confirm with a PING/PONG round trip."""
-        if qos > 0:
-            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "nats-py", CAPABILITIES)
         if not self._connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: nats client is not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: nats client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         time_ns = time.time_ns
 
         async def on_msg(msg: Any) -> None:
@@ -108,8 +129,7 @@ class NatsPyClient:
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` that queues a publish (never awaits)."""
-        if qos > 0:
-            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "nats-py", CAPABILITIES)
         client = self
 
         def send(payload: bytes, tag: int) -> bool:
@@ -123,6 +143,10 @@ class NatsPyClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; never called (core NATS has no acknowledgements)."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Payload bytes in the outbox plus nats-py's pending buffer."""
@@ -205,7 +229,7 @@ class NatsPyTransport:
 
     name = "nats-py"
     protocol = "nats"
-    max_qos = 0
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsPyClient:
         """Return a new, unconnected ``NatsPyClient``."""

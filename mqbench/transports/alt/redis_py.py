@@ -21,13 +21,24 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from mqbench.endpoint import Endpoint
-from mqbench.errors import TransportError
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.alt._outbox import Outbox
-from mqbench.transports.base import AckHandler, ClientOptions, MessageHandler, Sender
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
 from mqbench.transports.stream import probe_tcp
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+"""What the redis-py client can do."""
 
 
 class RedisPyClient:
@@ -54,12 +65,18 @@ class RedisPyClient:
     async def connect(self) -> None:
         """Create the client and ``PING`` the server within the connect timeout."""
         if self._redis is not None:
-            raise TransportError(f"redis-py client for {self._where} was already connected once")
+            raise TransportError(
+                f"redis-py client for {self._where} was already connected once",
+                TransportErrorKind.NOT_REUSABLE,
+            )
         timeout = self._options.connect_timeout_s
         extra = self._options.extra
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
-            raise TransportError(f"cannot connect to redis at {self._where}: {refused}")
+            raise TransportError(
+                f"cannot connect to redis at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         self._redis = aioredis.Redis(
             host=self._endpoint.host,
             port=self._endpoint.port,
@@ -75,12 +92,14 @@ class RedisPyClient:
         except TimeoutError:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: no handshake within {timeout:g} s"
+                f"cannot connect to redis at {self._where}: no handshake within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except redis_errors.RedisError as exc:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: {_describe(exc)}"
+                f"cannot connect to redis at {self._where}: {_describe(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
@@ -89,10 +108,12 @@ class RedisPyClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """``SUBSCRIBE`` on the Pub/Sub connection; return once the confirmation arrived."""
-        if qos > 0:
-            raise TransportError(f"Redis Pub/Sub is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "redis-py", CAPABILITIES)
         if not self._connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: redis client is not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: redis client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         channel = topic.encode("utf-8")
         first = self._pubsub is None
         if first:
@@ -116,8 +137,7 @@ class RedisPyClient:
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` that queues a ``PUBLISH`` (never awaits)."""
-        if qos > 0:
-            raise TransportError(f"Redis Pub/Sub is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "redis-py", CAPABILITIES)
         client = self
 
         def send(payload: bytes, tag: int) -> bool:
@@ -131,6 +151,10 @@ class RedisPyClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; never called (no acknowledgements)."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Payload bytes queued in the outbox."""
@@ -229,7 +253,7 @@ class RedisPyTransport:
 
     name = "redis-py"
     protocol = "redis"
-    max_qos = 0
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisPyClient:
         """Return a new, unconnected ``RedisPyClient``."""
