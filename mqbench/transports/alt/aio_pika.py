@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import time
 from typing import Any
 
@@ -36,6 +35,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.stream import describe_oserror, probe_tcp
 
 CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
 """What the aio-pika client can do."""
@@ -82,6 +82,11 @@ class AioPikaClient:
         timeout = self._options.connect_timeout_s
         user = str(extra.get("user", "guest"))
         exchange_name = str(extra.get("exchange", "mqbench"))
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
+            raise TransportError(
+                f"cannot connect to {self._where}: {refused}", TransportErrorKind.CONNECT_FAILED
+            )
         try:
             async with asyncio.timeout(timeout):
                 connection = await aio_pika.connect(
@@ -115,19 +120,14 @@ class AioPikaClient:
                 f"{self._where} refused the login of user {user!r}: {_reason(exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
-        except ConnectionRefusedError:
+        except OSError as exc:
             await self._drop()
             raise TransportError(
-                f"cannot connect to {self._where}: connection refused",
+                f"cannot connect to {self._where}: {describe_oserror(exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
-        except (aiormq.exceptions.AMQPError, OSError) as exc:
+        except aiormq.exceptions.AMQPError as exc:
             await self._drop()
-            if exc.args and exc.args[0] == errno.ECONNREFUSED:
-                raise TransportError(
-                    f"cannot connect to {self._where}: connection refused",
-                    TransportErrorKind.CONNECT_FAILED,
-                ) from None
             raise TransportError(
                 f"cannot connect to {self._where}: {_reason(exc)}",
                 TransportErrorKind.CONNECT_FAILED,

@@ -31,6 +31,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.stream import probe_tcp
 
 CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
 """What the aiomqtt client can do."""
@@ -77,6 +78,11 @@ class AiomqttClient:
         timeout = options.connect_timeout_s
         extra = options.extra
         password = extra.get("password")
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
+            raise TransportError(
+                f"cannot connect to {self._where}: {refused}", TransportErrorKind.CONNECT_FAILED
+            )
         # aiomqtt binds the running loop when the client is created: create it here.
         self._client = aiomqtt.Client(
             self._endpoint.host,
@@ -242,7 +248,4 @@ class AiomqttClient:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if "Connection refused" in text or "[Errno 111]" in text:
-        return "connection refused"
-    return text
+    return str(exc) or type(exc).__name__

@@ -32,7 +32,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import probe_tcp
+from mqbench.transports.stream import describe_oserror, probe_tcp
 
 CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
 """What the nats-py client can do."""
@@ -209,14 +209,13 @@ class NatsPyClient:
         self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
 
     def _describe(self, exc: BaseException) -> str:
-        text = str(exc)
-        if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in text:
-            return "connection refused"
+        if isinstance(exc, OSError):
+            return describe_oserror(exc)
         if isinstance(exc, nats_errors.NoServersError):
             return self._last_error or "no servers available (connection refused?)"
-        if "Authorization Violation" in text:
+        if isinstance(exc, nats_errors.AuthorizationError):
             return "-ERR 'Authorization Violation'"
-        return text or type(exc).__name__
+        return str(exc) or type(exc).__name__
 
     def _emit(self, kind: str, details: dict[str, Any]) -> None:
         handler = self._options.on_event

@@ -44,6 +44,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.stream import describe_oserror
 
 CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
 """What the paho client can do."""
@@ -127,16 +128,10 @@ class PahoClient:
                 f"cannot connect to {self._where}: no CONNACK within {timeout:g} s",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
-        except ConnectionRefusedError:
-            raise TransportError(
-                f"cannot connect to {self._where}: connection refused",
-                TransportErrorKind.CONNECT_FAILED,
-            ) from None
         except OSError as exc:
             await self._stop_loop()
-            reason = exc.strerror or str(exc) or type(exc).__name__
             raise TransportError(
-                f"cannot connect to {self._where}: {reason.lower()}",
+                f"cannot connect to {self._where}: {describe_oserror(exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         if code != 0:

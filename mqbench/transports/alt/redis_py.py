@@ -32,7 +32,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import probe_tcp
+from mqbench.transports.stream import describe_oserror, probe_tcp
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
@@ -237,15 +237,13 @@ class RedisPyClient:
 
 
 def _describe(exc: BaseException) -> str:
-    """One phrase for a redis-py error, naming refused connections and auth failures."""
-    text = str(exc)
-    if "Connection refused" in text or "Connect call failed" in text:
-        return "connection refused"
-    if isinstance(exc, redis_errors.AuthenticationError) or "NOAUTH" in text:
+    """One phrase for a redis-py error, naming socket errors and auth failures by type."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        return describe_oserror(exc)
+    if isinstance(exc, redis_errors.AuthenticationError):
         return f"authentication failed ({text})"
-    if "WRONGPASS" in text or "invalid password" in text or "invalid username" in text:
-        return f"wrong username or password ({text})"
-    return text or type(exc).__name__
+    return text
 
 
 class RedisPyTransport:
