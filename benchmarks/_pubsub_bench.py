@@ -21,7 +21,8 @@ from typing import Any
 
 import psutil
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.registry import get_transport
 
 MAX_MESSAGES = 2_000_000

@@ -35,8 +35,9 @@ import psutil
 
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.native import NativeRuntime
+from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
-from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
 
 MAX_MESSAGES = 1_000_000

@@ -38,7 +38,8 @@ import psutil
 
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.native import NativeRuntime
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient
 
 PAPER = {"postgres": 30_000, "redis-sync": 40_000, "redis-async": 60_000}

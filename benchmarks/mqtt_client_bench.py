@@ -33,8 +33,9 @@ from pathlib import Path
 
 import psutil
 
+from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
-from mqbench.transports.base import ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import ClientOptions, MessageHandler, Sender
 from mqbench.transports.mqtt import MqttClient, MqttTransport
 
 

@@ -34,7 +34,8 @@ from typing import Any
 
 import psutil
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.nats import NatsTransport
 
 MAX_MESSAGES = 1_000_000

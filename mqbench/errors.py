@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 
 class MqbenchError(Exception):
     """Base of all expected failures: the message is shown to the user as one line."""
@@ -23,8 +25,33 @@ class BrokerError(MqbenchError):
     """A broker could not be found, started, reached or stopped."""
 
 
+class TransportErrorKind(Enum):
+    """What kind of client failure a ``TransportError`` is: the field code decides on."""
+
+    CONNECT_FAILED = "connect_failed"
+    """No connection or handshake: refused, unreachable, timed out, login refused."""
+    NOT_REUSABLE = "not_reusable"
+    """This client object cannot connect (again): it is connected, or it is single-use and
+    was connected once. Create a new client to connect."""
+    UNSUPPORTED = "unsupported"
+    """The client or its protocol cannot do what was asked (a QoS above its maximum, a
+    wildcard filter, a payload above the protocol's limit, mixing roles)."""
+    REJECTED = "rejected"
+    """The broker refused a request (a subscription, a publish)."""
+    PROTOCOL = "protocol"
+    """The peer broke the protocol (malformed or unexpected data)."""
+    DISCONNECTED = "disconnected"
+    """The connection is down, or went down while the request waited."""
+    OTHER = "other"
+    """Anything else."""
+
+
 class TransportError(MqbenchError):
-    """A client could not connect, subscribe or publish."""
+    """A client could not connect, subscribe or publish; ``kind`` says which way."""
+
+    def __init__(self, message: str, kind: TransportErrorKind = TransportErrorKind.OTHER):
+        super().__init__(message)
+        self.kind = kind
 
 
 class ResultsError(MqbenchError):

@@ -15,12 +15,34 @@ import socket
 import time
 import uuid
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
+from mqbench.broker.config import BrokerConfig, ClientType
 from mqbench.broker.message import Message
 from mqbench.broker.session import Outgoing, PendingAck, Session, Subscription
-from mqbench.broker.topics import valid_filter
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
+from mqbench.wire.mqtt.packets import (
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    encode_publish5,
+    publish_prefix,
+)
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.mqtt.primitives import PROTOCOL_LEVEL_5, PUBACK, PUBCOMP, PUBREC, PUBREL
+from mqbench.wire.mqtt.properties import (
     PROP_ASSIGNED_CLIENT_ID,
     PROP_AUTH_METHOD,
     PROP_MAXIMUM_PACKET_SIZE,
@@ -36,38 +58,28 @@ from mqbench.transports.mqtt_codec import (
     PROP_TOPIC_ALIAS_MAXIMUM,
     PROP_WILDCARD_SUB_AVAILABLE,
     PROP_WILL_DELAY,
-    PROTOCOL_LEVEL_5,
-    PUBACK,
-    PUBCOMP,
-    PUBREC,
-    PUBREL,
-    SUBACK_FAILURE,
-    Auth,
-    Connack,
-    Connect,
-    Disconnect,
-    MqttCodecError,
-    MqttProtocolError,
-    Packet,
-    PingReq,
     Properties,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    StreamParser,
-    Suback,
-    Subscribe,
-    Unsuback,
-    Unsubscribe,
     encode_properties,
-    encode_publish5,
-    publish_prefix,
 )
-
-if TYPE_CHECKING:
-    from mqbench.broker.server import Broker
+from mqbench.wire.mqtt.reason_codes import (
+    CONNACK_BAD_PROTOCOL,
+    CONNACK_ID_REJECTED,
+    CONNACK_NOT_AUTHORIZED,
+    RC_BAD_AUTH_METHOD,
+    RC_BAD_VERSION,
+    RC_DISCONNECT_WITH_WILL,
+    RC_IMPLEMENTATION,
+    RC_KEEPALIVE_TIMEOUT,
+    RC_NO_SUBSCRIPTION,
+    RC_NOT_AUTHORIZED,
+    RC_PROTOCOL_ERROR,
+    RC_RECEIVE_MAX_EXCEEDED,
+    RC_SHARED_NOT_SUPPORTED,
+    RC_TOPIC_ALIAS_INVALID,
+    RC_TOPIC_FILTER_INVALID,
+    SUBACK_FAILURE,
+)
+from mqbench.wire.topics import valid_filter
 
 log = logging.getLogger("mqbench.broker")
 
@@ -75,40 +87,93 @@ CONNECT_TIMEOUT_S: Final = 10.0
 PINGRESP_FRAME: Final = b"\xd0\x00"
 _NEVER: Final = 0xFFFFFFFF
 
-# MQTT 5 reason codes used here.
-RC_MALFORMED: Final = 0x81
-RC_PROTOCOL_ERROR: Final = 0x82
-RC_UNSPECIFIED: Final = 0x80
-RC_IMPLEMENTATION: Final = 0x83
-RC_BAD_VERSION: Final = 0x84
-RC_BAD_CLIENT_ID: Final = 0x85
-RC_NOT_AUTHORIZED: Final = 0x87
-RC_BAD_AUTH_METHOD: Final = 0x8C
-RC_KEEPALIVE_TIMEOUT: Final = 0x8D
-RC_TAKEN_OVER: Final = 0x8E
-RC_TOPIC_FILTER_INVALID: Final = 0x8F
-RC_TOPIC_NAME_INVALID: Final = 0x90
-RC_RECEIVE_MAX_EXCEEDED: Final = 0x93
-RC_TOPIC_ALIAS_INVALID: Final = 0x94
-RC_PACKET_TOO_LARGE: Final = 0x95
-RC_SHARED_NOT_SUPPORTED: Final = 0x9E
-RC_NO_SUBSCRIPTION: Final = 0x11
-RC_SERVER_SHUTTING_DOWN: Final = 0x8B
 
+class BrokerPort(Protocol):
+    """What a connection needs from the broker that accepted it (``server.Broker``).
 
-class ProtocolViolation(MqttProtocolError):
-    """The client broke the protocol; ``reason_code`` is the MQTT 5 DISCONNECT reason."""
+    The connection depends on this port, never on the server class, so the dependency runs
+    one way: the server creates connections and implements the port.
+    """
 
-    def __init__(self, message: str, reason_code: int = RC_PROTOCOL_ERROR) -> None:
-        """``message`` is logged; ``reason_code`` is sent to MQTT 5 clients."""
-        super().__init__(message)
-        self.reason_code = reason_code
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's settings (limits announced to and enforced on clients)."""
+        ...
+
+    def classify(
+        self, client_id: str, username: str | None, password: bytes | None
+    ) -> ClientType | None:
+        """The client type of a CONNECT, or None when the client is not authorized."""
+        ...
+
+    def connection_opened(self, conn: Connection) -> None:
+        """A socket was accepted."""
+        ...
+
+    def connection_closed(self, conn: Connection) -> None:
+        """The socket of ``conn`` is gone: will message, session expiry or removal."""
+        ...
+
+    def protocol_error(self, conn: Connection) -> None:
+        """``conn`` is closed because its client broke the protocol (counted)."""
+        ...
+
+    def mark_dirty(self, conn: Connection) -> None:
+        """``conn`` has frames queued: write them at the end of this loop iteration."""
+        ...
+
+    def flush_conn(self, conn: Connection) -> None:
+        """Write ``conn``'s queued frames now (before closing it)."""
+        ...
+
+    def attach(
+        self,
+        conn: Connection,
+        client_id: str,
+        client_type: ClientType,
+        clean_start: bool,
+        expiry_s: int | None,
+        window: int,
+        will: tuple[Message, int] | None,
+    ) -> tuple[Session, bool]:
+        """Find or create ``client_id``'s session for ``conn``; returns (session, present)."""
+        ...
+
+    def activate(self, conn: Connection, session: Session, resume: bool) -> None:
+        """The CONNACK is queued: let the session start sending."""
+        ...
+
+    def publish(
+        self,
+        source: Connection | None,
+        topic_raw: bytes,
+        topic: str | None,
+        payload: bytes | memoryview,
+        qos: int,
+        packet_id: int,
+        retain: bool,
+        properties: Properties | None,
+    ) -> None:
+        """Route one PUBLISH from ``source`` to every subscriber."""
+        ...
+
+    def subscribe(self, session: Session, topic_filter: str, sub: Subscription) -> bool:
+        """Add or replace a subscription; True when it is new."""
+        ...
+
+    def unsubscribe(self, session: Session, topic_filter: str) -> bool:
+        """Remove a subscription; True when it existed."""
+        ...
+
+    def send_retained(self, session: Session, topic_filter: str, sub: Subscription) -> None:
+        """Deliver the retained messages matching a new subscription."""
+        ...
 
 
 class Connection(asyncio.Protocol):
     """The broker side of one client connection."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         """Created by the listening server for each accepted socket."""
         self.broker = broker
         self.transport: asyncio.Transport | None = None
@@ -144,7 +209,7 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.broker.connections.add(self)
+        self.broker.connection_opened(self)
         self._timer = asyncio.get_running_loop().call_later(CONNECT_TIMEOUT_S, self._no_connect)
 
     def data_received(self, data: bytes) -> None:
@@ -152,16 +217,10 @@ class Connection(asyncio.Protocol):
         self.last_rx = time.monotonic()
         try:
             self.parser.feed(data)
-        except ProtocolViolation as exc:
-            self.fail(str(exc), exc.reason_code)
         except MqttCodecError as exc:
-            text = str(exc)
-            self.fail(
-                f"malformed packet: {text}",
-                RC_PACKET_TOO_LARGE if "exceeds the limit" in text else RC_MALFORMED,
-            )
+            self.fail(f"malformed packet: {exc}", exc.reason_code)
         except MqttProtocolError as exc:
-            self.fail(str(exc), RC_PROTOCOL_ERROR)
+            self.fail(str(exc), exc.reason_code)
         except Exception as exc:  # a bug must not take the broker down
             log.exception("internal error on connection %s (%s)", self.peer, self.client_id)
             self.fail(f"internal error: {type(exc).__name__}", RC_IMPLEMENTATION)
@@ -176,7 +235,6 @@ class Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.broker.connections.discard(self)
         self.out.clear()
         self.broker.connection_closed(self)
         self.transport = None
@@ -247,7 +305,7 @@ class Connection(asyncio.Protocol):
     def fail(self, why: str, reason_code: int) -> None:
         """Close because of a protocol violation (the will is published)."""
         log.info("closing %s (%s): %s", self.peer, self.client_id or "-", why)
-        self.broker.protocol_errors += 1
+        self.broker.protocol_error(self)
         if self.v5 and self.session is not None and not self.closed:
             self.write(Disconnect(reason_code).encode())
             self.broker.flush_conn(self)
@@ -288,7 +346,7 @@ class Connection(asyncio.Protocol):
         if session is None or self.closed:
             if self.closed:
                 return
-            raise ProtocolViolation("PUBLISH before CONNECT")
+            raise MqttProtocolError("PUBLISH before CONNECT")
         if qos == 2 and packet_id in session.qos2_in:
             # A retransmission of a QoS 2 message already routed: only PUBREC again.
             self._ack_frame(bytes((0x50, 2, packet_id >> 8, packet_id & 0xFF)))
@@ -309,7 +367,7 @@ class Connection(asyncio.Protocol):
         if session is None:
             if self.closed:
                 return
-            raise ProtocolViolation("acknowledgement before CONNECT")
+            raise MqttProtocolError("acknowledgement before CONNECT")
         if kind == PUBACK:
             session.on_puback(packet_id)
         elif kind == PUBREC:
@@ -326,7 +384,7 @@ class Connection(asyncio.Protocol):
         session = self.session
         if session is None:
             if not isinstance(packet, Connect):
-                raise ProtocolViolation(f"{type(packet).__name__} before CONNECT")
+                raise MqttProtocolError(f"{type(packet).__name__} before CONNECT")
             self._connect(packet)
             return
         if isinstance(packet, Publish):
@@ -349,11 +407,11 @@ class Connection(asyncio.Protocol):
         elif isinstance(packet, Disconnect):
             self._disconnect(packet)
         elif isinstance(packet, Connect):
-            raise ProtocolViolation("second CONNECT")
+            raise MqttProtocolError("second CONNECT")
         elif isinstance(packet, Auth):
-            raise ProtocolViolation("AUTH without an authentication method", RC_PROTOCOL_ERROR)
+            raise MqttProtocolError("AUTH without an authentication method")
         else:
-            raise ProtocolViolation(f"unexpected {type(packet).__name__} from a client")
+            raise MqttProtocolError(f"unexpected {type(packet).__name__} from a client")
 
     # ------------------------------------------------------------------ packets
 
@@ -363,7 +421,7 @@ class Connection(asyncio.Protocol):
         assert session is not None
         props = packet.properties
         if props and PROP_TOPIC_ALIAS in props:
-            raise ProtocolViolation(
+            raise MqttProtocolError(
                 "topic alias used (topic alias maximum is 0)", RC_TOPIC_ALIAS_INVALID
             )
         pid = packet.packet_id
@@ -374,7 +432,7 @@ class Connection(asyncio.Protocol):
             packet.qos
             and len(self.acks) + len(session.qos2_in) >= self.broker.config.receive_maximum
         ):
-            raise ProtocolViolation("receive maximum exceeded", RC_RECEIVE_MAX_EXCEEDED)
+            raise MqttProtocolError("receive maximum exceeded", RC_RECEIVE_MAX_EXCEEDED)
         self.broker.publish(
             self,
             packet.topic.encode("utf-8"),
@@ -401,7 +459,8 @@ class Connection(asyncio.Protocol):
             self.v5 = True
             self.parser.protocol_level = PROTOCOL_LEVEL_5
         if not known:
-            self._refuse(1 if not self.v5 else RC_BAD_VERSION, "unsupported protocol version")
+            code = CONNACK_BAD_PROTOCOL if not self.v5 else RC_BAD_VERSION
+            self._refuse(code, "unsupported protocol version")
             return
         props = packet.properties or {}
         if PROP_AUTH_METHOD in props:
@@ -411,13 +470,15 @@ class Connection(asyncio.Protocol):
         assigned = False
         if not client_id:
             if not self.v5 and not packet.clean_session:
-                self._refuse(2, "empty client id needs a clean session")
+                self._refuse(CONNACK_ID_REJECTED, "empty client id needs a clean session")
                 return
             client_id = "auto-" + uuid.uuid4().hex
             assigned = True
-        client_type = broker.classifier.classify(client_id, packet.username, packet.password)
+        client_type = broker.classify(client_id, packet.username, packet.password)
         if client_type is None:
-            self._refuse(5 if not self.v5 else RC_NOT_AUTHORIZED, "not authorized")
+            self._refuse(
+                CONNACK_NOT_AUTHORIZED if not self.v5 else RC_NOT_AUTHORIZED, "not authorized"
+            )
             return
         self.client_id = client_id
         keepalive = packet.keepalive
@@ -546,7 +607,7 @@ class Connection(asyncio.Protocol):
         session = self.session
         assert session is not None
         # 0x04: "disconnect with will message"; anything else normal means no will.
-        self.graceful = packet.reason_code != 0x04
+        self.graceful = packet.reason_code != RC_DISCONNECT_WITH_WILL
         if packet.properties and PROP_SESSION_EXPIRY in packet.properties:
             value = packet.properties[PROP_SESSION_EXPIRY]
             if isinstance(value, int):

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.errors import MqttCodecError
+from mqbench.wire.mqtt.properties import (
     PROP_MESSAGE_EXPIRY,
     PROP_SUBSCRIPTION_ID,
     PROP_TOPIC_ALIAS,
-    MqttCodecError,
     Properties,
     encode_properties,
     parse_properties,

@@ -17,27 +17,21 @@ import time
 from typing import Any, Final
 
 from mqbench.broker.config import BrokerConfig, ClientClassifier, ClientType
-from mqbench.broker.connection import (
-    RC_SERVER_SHUTTING_DOWN,
-    RC_TAKEN_OVER,
-    RC_TOPIC_NAME_INVALID,
-    Connection,
-    ProtocolViolation,
-)
+from mqbench.broker.connection import Connection
 from mqbench.broker.message import Message
 from mqbench.broker.persistence import create_app_queue, create_device_store
 from mqbench.broker.persistence.base import AppQueue, Clear, DeviceStore, OpQueue
 from mqbench.broker.session import APP, DEVICE, MEMORY, PendingAck, Session, Subscription
-from mqbench.broker.topics import TopicTrie, valid_topic
 from mqbench.errors import BrokerError
-from mqbench.transports.mqtt_codec import (
-    PROP_SUBSCRIPTION_ID,
-    Properties,
-    encode_properties,
-    encode_publish5,
-    publish_prefix,
-    topic_matches,
+from mqbench.wire.mqtt.errors import MqttProtocolError
+from mqbench.wire.mqtt.packets import encode_publish5, publish_prefix
+from mqbench.wire.mqtt.properties import PROP_SUBSCRIPTION_ID, Properties, encode_properties
+from mqbench.wire.mqtt.reason_codes import (
+    RC_SERVER_SHUTTING_DOWN,
+    RC_TAKEN_OVER,
+    RC_TOPIC_NAME_INVALID,
 )
+from mqbench.wire.topics import TopicTrie, topic_matches, valid_topic
 
 log = logging.getLogger("mqbench.broker")
 
@@ -128,6 +122,22 @@ class Broker:
         """Wait for pending persistence operations (tests)."""
         await self.device_ops.drain(timeout_s)
         await self.app_ops.drain(timeout_s)
+
+    # ------------------------------------------------------------------ connections
+
+    def classify(
+        self, client_id: str, username: str | None, password: bytes | None
+    ) -> ClientType | None:
+        """The client type of a CONNECT, or None when the client is not authorized."""
+        return self.classifier.classify(client_id, username, password)
+
+    def connection_opened(self, conn: Connection) -> None:
+        """A socket was accepted."""
+        self.connections.add(conn)
+
+    def protocol_error(self, conn: Connection) -> None:
+        """``conn`` is closed because its client broke the protocol (counted)."""
+        self.protocol_errors += 1
 
     # ------------------------------------------------------------------ writes
 
@@ -222,6 +232,7 @@ class Broker:
 
     def connection_closed(self, conn: Connection) -> None:
         """A connection is gone: will message, session expiry or removal."""
+        self.connections.discard(conn)
         session = conn.session
         conn.session = None
         if session is None or session.conn is not conn:
@@ -442,7 +453,7 @@ class Broker:
 
     @staticmethod
     def _bad_topic(source: Connection | None, why: str) -> Exception:
-        return ProtocolViolation(why, RC_TOPIC_NAME_INVALID)
+        return MqttProtocolError(why, RC_TOPIC_NAME_INVALID)
 
     def _qos0_object(
         self, conn: Connection, message: Message, retain: bool, sub_ids: tuple[int, ...]

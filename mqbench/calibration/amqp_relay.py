@@ -23,7 +23,7 @@ from pamqp.base import Frame
 
 from mqbench import __version__
 from mqbench.calibration.relays import Hub, RelayConnection
-from mqbench.transports.amqp_codec import (
+from mqbench.wire.amqp import (
     DEFAULT_FRAME_MAX,
     FRAME_BODY,
     FRAME_END,

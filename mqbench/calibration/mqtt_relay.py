@@ -12,22 +12,22 @@ import time
 from collections.abc import Callable
 
 from mqbench.calibration.relays import Hub, RelayConnection
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.errors import MqttCodecError
+from mqbench.wire.mqtt.packets import (
     PINGRESP_BYTES,
     Connack,
     Connect,
     Disconnect,
-    MqttCodecError,
     Packet,
     PingReq,
-    StreamParser,
     Suback,
     Subscribe,
     Unsuback,
     Unsubscribe,
     publish_prefix,
-    topic_matches,
 )
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.topics import topic_matches
 
 CONNACK_BAD_VERSION = 1
 """CONNACK return code "unacceptable protocol level" (MQTT 3.1.1, 3.2.2.3)."""

@@ -15,7 +15,7 @@ from typing import Final
 
 from mqbench import __version__
 from mqbench.calibration.relays import Hub, RelayConnection
-from mqbench.transports.nats_codec import CRLF, PONG
+from mqbench.wire.nats import CRLF, PONG
 
 MAX_PAYLOAD: Final = 1 << 20
 """``max_payload`` announced in INFO (nats-server's default)."""

@@ -16,7 +16,7 @@ from typing import Any, Final
 import hiredis
 
 from mqbench.calibration.relays import Hub, RelayConnection
-from mqbench.transports.redis_codec import CRLF, bulk, message_prefix
+from mqbench.wire.resp import CRLF, bulk, message_prefix
 
 OK: Final = b"+OK\r\n"
 PONG: Final = b"+PONG\r\n"

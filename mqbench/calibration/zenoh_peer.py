@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mqbench.transports.base import ClientOptions, Endpoint, TransportCapabilities
-from mqbench.transports.zenoh import ZenohClient
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
+from mqbench.transports.zenoh import CAPABILITIES, ZenohClient
 
 CLIENT: str = "mqbench.calibration.zenoh_peer:ZenohPeerTransport"
 """The ``client`` value that selects the lean zenoh client in peer mode."""
@@ -55,10 +56,7 @@ class ZenohPeerTransport:
 
     name = "zenoh"
     protocol = "zenoh"
-    max_qos = 0
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> ZenohClient:
         """A new, unconnected peer-mode ``ZenohClient`` whose discovery peer is ``endpoint``."""

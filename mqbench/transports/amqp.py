@@ -17,10 +17,11 @@ Guarantees:
 * Messages are transient (no delivery mode) and published without ``mandatory``: a message
   routed to no queue is dropped by the broker (and still confirmed).
 
-Hot paths as in the MQTT transport: a sender is a closure that writes the cached
-method+header+body-frame prefix, the payload and the end octet in one ``transport.write``
-without awaiting; ``data_received`` takes ``time.time_ns()`` once per read and the
-:class:`~mqbench.transports.amqp_codec.FrameParser` calls the subscriber per delivery.
+Hot paths as in the MQTT transport: a sender is a closure that hands the cached
+method+header+body-frame prefix, the payload and the end octet to the ``StreamConnection``
+(one write per loop iteration) without awaiting; each read is stamped with
+``time.time_ns()`` once and the :class:`~mqbench.wire.amqp.FrameParser` calls the subscriber
+per delivery.
 
 Heartbeats: the client asks for ``keepalive_s`` (0 disables them), sends a heartbeat frame
 every half interval and drops the connection (``disconnected``) when nothing arrived from
@@ -40,32 +41,42 @@ Options understood in ``ClientOptions.extra``:
     Largest frame the client proposes (default 131072; the broker may lower it).
 ``request_timeout_s``
     How long ``subscribe`` waits for the broker (default: ``connect_timeout_s``).
-``write_buffer_high_bytes``
-    High-water mark of the transport write buffer (default 256 MiB). Sends never block;
-    crossing it only emits a ``write_paused`` event.
 ``close_timeout_s``
-    How long ``close`` waits for ``Connection.Close-Ok`` (default 5).
+    How long ``close`` waits for ``Connection.Close-Ok``, and then for the socket to go
+    (default 5).
+
+and the socket options of ``mqbench.transports.stream`` (``write_buffer_high_bytes``,
+``coalesce_writes``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import socket
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from pamqp import commands
 from pamqp.base import Frame
 from pamqp.heartbeat import Heartbeat
 
 from mqbench import __version__
-from mqbench.errors import TransportError
-from mqbench.transports.amqp_codec import (
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.transports.base import (
+    AckHandler,
+    ClientOptions,
+    ClientStats,
+    MessageHandler,
+    Sender,
+    TransportCapabilities,
+    require_qos,
+)
+from mqbench.transports.stream import StreamConnection
+from mqbench.wire.amqp import (
     DEFAULT_FRAME_MAX,
+    FRAME_END,
     HEARTBEAT_FRAME,
     MIN_FRAME_MAX,
     PROTOCOL_HEADER,
@@ -76,30 +87,25 @@ from mqbench.transports.amqp_codec import (
     publish_frames,
     publish_prefix,
 )
-from mqbench.transports.base import (
-    AckHandler,
-    ClientOptions,
-    Endpoint,
-    MessageHandler,
-    Sender,
-    TransportCapabilities,
-    max_pending_bytes,
-)
-from mqbench.transports.drain import drain_write_buffer
 
 DEFAULT_EXCHANGE: Final = "mqbench"
 DEFAULT_PREFETCH: Final = 1000
 DEFAULT_MAX_INFLIGHT: Final = 65535
-DEFAULT_WRITE_BUFFER_HIGH: Final = 256 * 1024 * 1024
 CHANNEL: Final = 1
 """Channel for QoS 0 publishes, the exchange, queues and consumers."""
 CONFIRM_CHANNEL: Final = 2
 """Channel in confirm mode for QoS 1 publishes."""
-_FRAME_END: Final = b"\xce"
+_UNSUPPORTED = TransportErrorKind.UNSUPPORTED
+
+CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
+"""What the amqp client can do."""
 
 
-class AmqpProtocolError(Exception):
+class AmqpProtocolError(TransportError):
     """The broker said or did something this client cannot continue after."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, TransportErrorKind.PROTOCOL)
 
 
 class AmqpTransport:
@@ -107,17 +113,14 @@ class AmqpTransport:
 
     name: str = "amqp"
     protocol: str = "amqp"
-    max_qos: int = 1
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AmqpClient:
         """Return a new, unconnected client."""
         return AmqpClient(endpoint, options)
 
 
-class AmqpClient(asyncio.Protocol):
+class AmqpClient:
     """One AMQP connection implementing :class:`mqbench.transports.base.Client`."""
 
     def __init__(self, endpoint: Endpoint, options: ClientOptions) -> None:
@@ -128,26 +131,14 @@ class AmqpClient(asyncio.Protocol):
         self._prefetch = int(extra.get("prefetch", DEFAULT_PREFETCH))
         self._max_inflight = int(extra.get("max_inflight", DEFAULT_MAX_INFLIGHT))
         self._frame_max = int(extra.get("frame_max", DEFAULT_FRAME_MAX))
-        # Pausing at the output bound is what lets a full buffer refuse sends (``sender``).
-        self._write_high = min(
-            int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
-            max_pending_bytes(options),
+        self._stream = StreamConnection(
+            f"amqp broker at {endpoint.host}:{endpoint.port}", options, self._on_data, self._on_lost
         )
-        self._transport: asyncio.Transport | None = None
-        # The senders' hot path reads only this: ``transport.write`` while usable, else None.
-        self._write: Callable[[bytes], None] | None = None
-        self._connected = False
-        self._closing = False
         self._now = 0
         self._parser = FrameParser(self._on_deliver, self._on_confirm, self._on_frame)
         self._rpcs: dict[int, deque[tuple[tuple[type[Frame], ...], asyncio.Future[Frame]]]] = {}
         self._handshake: asyncio.Future[Frame] | None = None
         self._close_ok: asyncio.Future[None] | None = None
-        self._lost: asyncio.Future[None] | None = None
-        self._lost_reason: str | None = None
-        self._drain_waiter: asyncio.Future[None] | None = None
-        self._ack_waiter: asyncio.Future[None] | None = None
-        self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._heartbeat_s = 0
         self._rx_activity = False
         self._silent_ticks = 0
@@ -161,10 +152,6 @@ class AmqpClient(asyncio.Protocol):
         self._lowest_unconfirmed = 1
         self._unconfirmed: dict[int, int] = {}
         self._ack_handler: AckHandler | None = None
-        self._write_paused = False
-        self._max_pending = max_pending_bytes(options)
-        self.sends_refused = 0
-        """Sends refused because the output buffer was full (``Sender``)."""
         self.server_properties: dict[str, Any] = {}
         """The broker's ``Connection.Start`` properties (product, version, capabilities)."""
         self.nacked = 0
@@ -177,7 +164,14 @@ class AmqpClient(asyncio.Protocol):
     @property
     def connected(self) -> bool:
         """True between a completed handshake and the loss or close of the connection."""
-        return self._connected
+        return self._stream.connected
+
+    def stats(self) -> ClientStats:
+        """Sends refused because the output buffer was full (``Sender``); deliveries for an
+        unknown consumer; publishes the broker rejected."""
+        return ClientStats(
+            sends_refused=self._stream.sends_refused, unrouted=self.unrouted, nacked=self.nacked
+        )
 
     @property
     def inflight(self) -> int:
@@ -189,109 +183,22 @@ class AmqpClient(asyncio.Protocol):
         """The negotiated maximum frame size (0 before connecting)."""
         return self._parser.frame_max
 
-    def _where(self) -> str:
-        return f"amqp broker at {self._endpoint.host}:{self._endpoint.port}"
-
     async def connect(self) -> None:
         """Open TCP, run the AMQP handshake, open both channels; all within the timeout."""
-        if self._transport is not None:
-            raise TransportError(f"client {self._options.client_id!r} is already connected")
-        loop = asyncio.get_running_loop()
-        timeout = self._options.connect_timeout_s
-        self._closing = False
-        self._lost_reason = None
-        self._handshake = loop.create_future()
-        self._parser = FrameParser(self._on_deliver, self._on_confirm, self._on_frame)
-        self._rpcs.clear()
-        self._consumers.clear()
-        self._unconfirmed.clear()
-        self._confirm_seq = 0
-        self._lowest_unconfirmed = 1
-        self._qos_set = False
-        stage = "no TCP connection"
-        user = str(self._options.extra.get("user", "guest"))
+        stream = self._stream
         try:
-            async with asyncio.timeout(timeout):
-                await loop.create_connection(lambda: self, self._endpoint.host, self._endpoint.port)
-                stage = "no Connection.Start (is this an AMQP 0-9-1 port?)"
-                assert self._transport is not None
-                self._transport.write(PROTOCOL_HEADER)
-                start = await self._next_handshake()
-                if not isinstance(start, commands.Connection.Start):
-                    raise AmqpProtocolError(f"expected Connection.Start, got {start.name}")
-                self.server_properties = dict(start.server_properties or {})
-                mechanisms = str(start.mechanisms).split()
-                if "PLAIN" not in mechanisms:
-                    raise AmqpProtocolError(f"broker offers no PLAIN login ({mechanisms})")
-                stage = "no Connection.Tune after the login"
-                self._send_method(0, self._start_ok(user))
-                tune = await self._next_handshake()
-                if not isinstance(tune, commands.Connection.Tune):
-                    raise AmqpProtocolError(f"expected Connection.Tune, got {tune.name}")
-                frame_max = _negotiate(self._frame_max, tune.frame_max)
-                frame_max = max(frame_max, MIN_FRAME_MAX) if frame_max else 0
-                heartbeat = max(0, int(self._options.keepalive_s))
-                if heartbeat and tune.heartbeat:
-                    heartbeat = min(heartbeat, tune.heartbeat)
-                self._parser.frame_max = frame_max
-                self._heartbeat_s = heartbeat
-                self._send_method(
-                    0, commands.Connection.TuneOk(tune.channel_max, frame_max, heartbeat)
-                )
-                stage = "no Connection.Open-Ok"
-                vhost = str(self._options.extra.get("vhost", "/"))
-                self._send_method(0, commands.Connection.Open(vhost))
-                opened = await self._next_handshake()
-                if not isinstance(opened, commands.Connection.OpenOk):
-                    raise AmqpProtocolError(f"expected Connection.OpenOk, got {opened.name}")
-                self._handshake = None
-                stage = "channels not opened"
-                waits = [
-                    self._rpc(CHANNEL, commands.Channel.Open(), commands.Channel.OpenOk),
-                    self._rpc(
-                        CHANNEL,
-                        commands.Exchange.Declare(exchange=self._exchange, exchange_type="direct"),
-                        commands.Exchange.DeclareOk,
-                    ),
-                    self._rpc(CONFIRM_CHANNEL, commands.Channel.Open(), commands.Channel.OpenOk),
-                    self._rpc(
-                        CONFIRM_CHANNEL, commands.Confirm.Select(), commands.Confirm.SelectOk
-                    ),
-                ]
-                await _gather(waits)
-        except TimeoutError:
-            self._abort()
-            raise TransportError(
-                f"cannot connect to {self._where()}: {stage} within {timeout:g} s"
-            ) from None
-        except ConnectionRefusedError:
-            raise TransportError(f"cannot connect to {self._where()}: connection refused") from None
-        except (AmqpProtocolError, TransportError) as exc:
-            self._abort()
-            raise TransportError(f"cannot connect to {self._where()}: {exc}") from None
-        except _BrokerClosed as exc:
-            self._abort()
-            if exc.code == 403 and exc.channel is None:
-                raise TransportError(
-                    f"{self._where()} refused the login of user {user!r}: {exc.text}"
-                ) from None
-            raise TransportError(f"{self._where()} refused the connection: {exc.text}") from None
-        except OSError as exc:
-            self._abort()
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            raise TransportError(f"cannot connect to {self._where()}: {reason.lower()}") from None
+            await stream.connect(self._endpoint, self._run_handshake)
         finally:
             self._handshake = None
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            raise TransportError(f"cannot connect to {self._where()}: connection closed")
-        self._connected = True
-        self._write = transport.write
-        if self._heartbeat_s:
-            self._heartbeat_handle = loop.call_later(self._heartbeat_s / 2, self._heartbeat_tick)
+        if not stream.writable:
+            raise TransportError(
+                f"cannot connect to {stream.where}: connection closed",
+                TransportErrorKind.CONNECT_FAILED,
+            )
+        stream.established(self._heartbeat_s / 2, self._heartbeat_tick)
         product = self.server_properties.get("product", "")
         version = self.server_properties.get("version", "")
-        self._emit(
+        stream.emit(
             "connected",
             {
                 "client_id": self._options.client_id,
@@ -301,13 +208,76 @@ class AmqpClient(asyncio.Protocol):
             },
         )
 
+    async def _run_handshake(self) -> None:
+        """Protocol header, Start/StartOk (PLAIN), Tune/TuneOk, Open, both channels."""
+        stream = self._stream
+        self._handshake = asyncio.get_running_loop().create_future()
+        self._parser = FrameParser(self._on_deliver, self._on_confirm, self._on_frame)
+        self._rpcs.clear()
+        self._consumers.clear()
+        self._unconfirmed.clear()
+        self._confirm_seq = 0
+        self._lowest_unconfirmed = 1
+        self._qos_set = False
+        user = str(self._options.extra.get("user", "guest"))
+        try:
+            stream.stage = "no Connection.Start (is this an AMQP 0-9-1 port?)"
+            stream.write(PROTOCOL_HEADER)
+            start = await self._next_handshake()
+            if not isinstance(start, commands.Connection.Start):
+                raise AmqpProtocolError(f"expected Connection.Start, got {start.name}")
+            self.server_properties = dict(start.server_properties or {})
+            mechanisms = str(start.mechanisms).split()
+            if "PLAIN" not in mechanisms:
+                raise AmqpProtocolError(f"broker offers no PLAIN login ({mechanisms})")
+            stream.stage = "no Connection.Tune after the login"
+            self._send_method(0, self._start_ok(user))
+            tune = await self._next_handshake()
+            if not isinstance(tune, commands.Connection.Tune):
+                raise AmqpProtocolError(f"expected Connection.Tune, got {tune.name}")
+            frame_max = _negotiate(self._frame_max, tune.frame_max)
+            frame_max = max(frame_max, MIN_FRAME_MAX) if frame_max else 0
+            heartbeat = max(0, int(self._options.keepalive_s))
+            if heartbeat and tune.heartbeat:
+                heartbeat = min(heartbeat, tune.heartbeat)
+            self._parser.frame_max = frame_max
+            self._heartbeat_s = heartbeat
+            self._send_method(0, commands.Connection.TuneOk(tune.channel_max, frame_max, heartbeat))
+            stream.stage = "no Connection.Open-Ok"
+            vhost = str(self._options.extra.get("vhost", "/"))
+            self._send_method(0, commands.Connection.Open(vhost))
+            opened = await self._next_handshake()
+            if not isinstance(opened, commands.Connection.OpenOk):
+                raise AmqpProtocolError(f"expected Connection.OpenOk, got {opened.name}")
+            self._handshake = None
+            stream.stage = "channels not opened"
+            waits = [
+                self._rpc(CHANNEL, commands.Channel.Open(), commands.Channel.OpenOk),
+                self._rpc(
+                    CHANNEL,
+                    commands.Exchange.Declare(exchange=self._exchange, exchange_type="direct"),
+                    commands.Exchange.DeclareOk,
+                ),
+                self._rpc(CONFIRM_CHANNEL, commands.Channel.Open(), commands.Channel.OpenOk),
+                self._rpc(CONFIRM_CHANNEL, commands.Confirm.Select(), commands.Confirm.SelectOk),
+            ]
+            await _gather(waits)
+        except _BrokerClosed as exc:
+            if exc.code == 403 and exc.channel is None:
+                raise TransportError(
+                    f"refused the login of user {user!r}: {exc.text}",
+                    TransportErrorKind.CONNECT_FAILED,
+                ) from None
+            raise TransportError(
+                f"refused the connection: {exc.text}", TransportErrorKind.CONNECT_FAILED
+            ) from None
+
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare a queue, bind it with ``topic``, consume; return once the broker confirmed."""
-        if qos not in (0, 1):
-            raise TransportError(f"amqp transport supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "amqp", CAPABILITIES)
         _check_topic(topic)
-        if not self._connected or self._transport is None:
-            raise TransportError(f"cannot subscribe to {topic!r}: not connected")
+        stream = self._stream
+        stream.require_connected(f"subscribe to {topic!r}")
         if self._sub_lock is None:
             self._sub_lock = asyncio.Lock()
         timeout = float(
@@ -356,10 +326,14 @@ class AmqpClient(asyncio.Protocol):
                 ok = True
             except TimeoutError:
                 raise TransportError(
-                    f"subscribe to {topic!r}: no answer from {self._where()} within {timeout:g} s"
+                    f"subscribe to {topic!r}: no answer from {stream.where} within {timeout:g} s"
                 ) from None
-            except (TransportError, _BrokerClosed) as exc:
-                raise TransportError(f"subscribe to {topic!r} failed: {exc}") from None
+            except TransportError as exc:
+                raise TransportError(f"subscribe to {topic!r} failed: {exc}", exc.kind) from None
+            except _BrokerClosed as exc:
+                raise TransportError(
+                    f"subscribe to {topic!r} failed: {exc}", TransportErrorKind.REJECTED
+                ) from None
             finally:
                 if not ok:
                     self._consumers.pop(ctag.encode(), None)
@@ -368,50 +342,42 @@ class AmqpClient(asyncio.Protocol):
                             wait.exception()  # mark retrieved
                         else:
                             wait.cancel()
-        self._emit("subscribed", {"topic": topic, "qos": qos, "queue": queue})
+        stream.emit("subscribed", {"topic": topic, "qos": qos, "queue": queue})
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` publishing to ``topic`` (the routing key).
 
         QoS 1: the next confirm sequence number maps to ``tag``; the ack handler gets it on
-        the broker's ``Basic.Ack``. Returns False when not connected or (QoS 1) when
-        ``max_inflight`` publishes are unconfirmed.
+        the broker's ``Basic.Ack``. Returns False when not connected, when the output is
+        full or (QoS 1) when ``max_inflight`` publishes are unconfirmed.
         """
-        if qos not in (0, 1):
-            raise TransportError(f"amqp transport supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "amqp", CAPABILITIES)
         _check_topic(topic)
         routing_key = topic.encode("utf-8")
         exchange = self._exchange.encode("utf-8")
         channel = CONFIRM_CHANNEL if qos else CHANNEL
         client = self
+        send_frame = self._stream.send
         size = -1
         prefix: bytes | None = b""
-        end = _FRAME_END
+        end = FRAME_END
 
-        def frames(payload: bytes) -> bytes:
+        def send_resized(payload: bytes) -> bool:
+            """A payload size other than the last: new prefix (None: several body frames)."""
             nonlocal size, prefix
-            n = len(payload)
-            if n != size:
-                prefix = publish_prefix(channel, exchange, routing_key, n, client.frame_max)
-                size = n
+            size = len(payload)
+            prefix = publish_prefix(channel, exchange, routing_key, size, client.frame_max)
             if prefix is None:
-                return publish_frames(channel, exchange, routing_key, payload, client.frame_max)
-            return prefix + payload + end
+                frames = publish_frames(channel, exchange, routing_key, payload, client.frame_max)
+                return send_frame(frames)
+            return send_frame(prefix, payload, end)
 
         if qos == 0:
 
             def send_qos0(payload: bytes, tag: int) -> bool:
-                write = client._write
-                if write is None:
-                    return False
-                if client._write_paused and client.pending_write_bytes() >= client._max_pending:
-                    client.sends_refused += 1
-                    return False
                 if len(payload) == size and prefix is not None:
-                    write(prefix + payload + end)
-                else:
-                    write(frames(payload))
-                return True
+                    return send_frame(prefix, payload, end)
+                return send_resized(payload)
 
             return send_qos0
 
@@ -419,19 +385,17 @@ class AmqpClient(asyncio.Protocol):
         limit = self._max_inflight
 
         def send_qos1(payload: bytes, tag: int) -> bool:
-            write = client._write
-            if write is None or len(unconfirmed) >= limit:
+            if len(unconfirmed) >= limit:
                 return False
-            if client._write_paused and client.pending_write_bytes() >= client._max_pending:
-                client.sends_refused += 1
+            if len(payload) == size and prefix is not None:
+                sent = send_frame(prefix, payload, end)
+            else:
+                sent = send_resized(payload)
+            if not sent:
                 return False
             seq = client._confirm_seq + 1
             client._confirm_seq = seq
             unconfirmed[seq] = tag
-            if len(payload) == size and prefix is not None:
-                write(prefix + payload + end)
-            else:
-                write(frames(payload))
             return True
 
         return send_qos1
@@ -441,78 +405,26 @@ class AmqpClient(asyncio.Protocol):
         self._ack_handler = handler
 
     def pending_write_bytes(self) -> int:
-        """Bytes queued in the transport's write buffer."""
-        transport = self._transport
-        return transport.get_write_buffer_size() if transport is not None else 0
+        """Bytes queued in the client and in the transport's write buffer."""
+        return self._stream.pending_bytes()
 
     async def flush(self, timeout_s: float) -> None:
         """Wait for the write buffer to drain and all QoS 1 confirms, at most ``timeout_s``."""
-        transport = self._transport
-        if transport is None:
-            return
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                if transport.get_write_buffer_size() > 0 and not transport.is_closing():
-                    waiter: asyncio.Future[None] = loop.create_future()
-                    self._drain_waiter = waiter
-                    try:
-                        await drain_write_buffer(transport, waiter, self._write_high)
-                    finally:
-                        self._drain_waiter = None
-                if self._unconfirmed and self._transport is not None:
-                    ack_waiter: asyncio.Future[None] = loop.create_future()
-                    self._ack_waiter = ack_waiter
-                    try:
-                        await ack_waiter
-                    finally:
-                        self._ack_waiter = None
+        await self._stream.flush(timeout_s, unsettled=lambda: bool(self._unconfirmed))
 
     async def close(self) -> None:
         """Send ``Connection.Close``, await Close-Ok (bounded), close the socket; never raises."""
-        transport = self._transport
-        if transport is None:
-            return
-        self._closing = True
-        self._cancel_heartbeat()
-        try:
-            timeout = float(self._options.extra.get("close_timeout_s", 5.0))
-            if self._connected and not transport.is_closing():
-                self._close_ok = asyncio.get_running_loop().create_future()
-                self._send_method(0, commands.Connection.Close(200, "bye", 0, 0))
-                self._connected = False
-                self._write = None
-                with contextlib.suppress(TimeoutError, TransportError, _BrokerClosed):
-                    async with asyncio.timeout(timeout):
-                        await asyncio.shield(self._close_ok)
-            self._connected = False
-            self._write = None
-            transport.close()
-            lost = self._lost
-            if lost is not None and not lost.done():
-                try:
-                    async with asyncio.timeout(timeout):
-                        await asyncio.shield(lost)
-                except TimeoutError:
-                    transport.abort()
-        except Exception:  # close() must never raise: the connection is going away anyway
-            with contextlib.suppress(Exception):
-                transport.abort()
+        await self._stream.close(farewell=self._close_handshake)
 
-    # ------------------------------------------------------------------ asyncio.Protocol
+    async def _close_handshake(self) -> None:
+        close_ok: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._close_ok = close_ok
+        self._send_method(0, commands.Connection.Close(200, "bye", 0, 0))
+        await asyncio.shield(close_ok)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Remember the transport, set TCP_NODELAY and generous write-buffer limits."""
-        transport = cast(asyncio.Transport, transport)
-        self._transport = transport
-        self._lost = asyncio.get_running_loop().create_future()
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError, AttributeError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.set_write_buffer_limits(high=self._write_high)
+    # ------------------------------------------------------------------ stream callbacks
 
-    def data_received(self, data: bytes) -> None:
+    def _on_data(self, data: bytes) -> None:
         """Parse a read: deliver messages, handle confirms and replies, batch consumer acks."""
         self._now = time.time_ns()
         self._rx_activity = True
@@ -528,60 +440,22 @@ class AmqpClient(asyncio.Protocol):
             self._protocol_failure(str(exc))
         finally:
             if self._ack_upto:
-                transport = self._transport
-                if transport is not None and not transport.is_closing():
-                    transport.write(basic_ack(CHANNEL, self._ack_upto, True))
+                self._stream.write(basic_ack(CHANNEL, self._ack_upto, True))
                 self._ack_upto = 0
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Mark the client disconnected, fail waiters and report a ``disconnected`` event."""
-        was_connected = self._connected
-        self._connected = False
-        self._write = None
-        self._transport = None
-        self._cancel_heartbeat()
-        reason = self._lost_reason or (str(exc) if exc else None) or "connection closed"
-        failure = TransportError(f"{self._where()}: {reason}")
-        handshake = self._handshake
-        if handshake is not None and not handshake.done():
-            handshake.set_exception(
-                TransportError(f"connection closed by the broker during the handshake ({reason})")
-            )
+    def _on_lost(self, failure: TransportError) -> dict[str, Any]:
+        """Fail the pending calls; the disconnect event counts unconfirmed publishes."""
         for pending in self._rpcs.values():
             for _expected, future in pending:
                 if not future.done():
                     future.set_exception(failure)
         self._rpcs.clear()
-        for waiter in (self._drain_waiter, self._ack_waiter, self._close_ok):
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        if self._lost is not None and not self._lost.done():
-            self._lost.set_result(None)
-        if was_connected or self._closing:
-            self._emit(
-                "disconnected",
-                {
-                    "client_id": self._options.client_id,
-                    "reason": reason if not self._closing else "closed by client",
-                    "expected": self._closing,
-                    "unacked": len(self._unconfirmed),
-                },
-            )
+        close_ok = self._close_ok
+        if close_ok is not None and not close_ok.done():
+            close_ok.set_result(None)
+        return {"unacked": len(self._unconfirmed)}
 
-    def pause_writing(self) -> None:
-        """The write buffer passed its high-water mark: sends are bounded from now on."""
-        self._write_paused = True
-        if self._drain_waiter is None:
-            self._emit("write_paused", {"buffered": self.pending_write_bytes()})
-
-    def resume_writing(self) -> None:
-        """The write buffer drained below its low-water mark."""
-        self._write_paused = False
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ parser callbacks
 
     def _on_deliver(self, channel: int, ctag: bytes, delivery_tag: int, body: memoryview) -> None:
         consumer = self._consumers.get(ctag)
@@ -622,35 +496,33 @@ class AmqpClient(asyncio.Protocol):
             self._lowest_unconfirmed = lowest
         if not unconfirmed:
             self._lowest_unconfirmed = self._confirm_seq + 1
-            waiter = self._ack_waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            self._stream.settled()
 
     def _on_frame(self, channel: int, frame: Frame | Heartbeat) -> None:
         if isinstance(frame, Heartbeat):
             return
+        stream = self._stream
         if isinstance(frame, commands.Connection.Close):
             self._send_method(0, commands.Connection.CloseOk())
             closed = _BrokerClosed(frame.reply_code or 0, frame.reply_text, None)
-            self._lost_reason = f"the broker closed the connection: {closed.text}"
+            if stream.loss_reason is None:
+                stream.loss_reason = f"the broker closed the connection: {closed.text}"
             handshake = self._handshake
             if handshake is not None and not handshake.done():
                 handshake.set_exception(closed)
             self._fail_rpcs(None, closed)
-            if self._transport is not None:
-                self._transport.close()
+            stream.shutdown()
             return
         if isinstance(frame, commands.Connection.CloseOk):
             if self._close_ok is not None and not self._close_ok.done():
                 self._close_ok.set_result(None)
-            if self._transport is not None:
-                self._transport.close()
+            stream.shutdown()
             return
         if isinstance(frame, commands.Connection.Blocked):
-            self._emit("blocked", {"reason": frame.reason})
+            stream.emit("blocked", {"reason": frame.reason})
             return
         if isinstance(frame, commands.Connection.Unblocked):
-            self._emit("unblocked", {})
+            stream.emit("unblocked", {})
             return
         if isinstance(frame, commands.Channel.Close):
             self._send_method(channel, commands.Channel.CloseOk())
@@ -662,7 +534,7 @@ class AmqpClient(asyncio.Protocol):
         if isinstance(frame, commands.Basic.Cancel):
             # The broker cancelled a consumer (e.g. its queue was deleted).
             self._consumers.pop((frame.consumer_tag or "").encode(), None)
-            self._emit("protocol_error", {"reason": f"consumer {frame.consumer_tag} cancelled"})
+            stream.emit("protocol_error", {"reason": f"consumer {frame.consumer_tag} cancelled"})
             return
         if channel == 0:
             handshake = self._handshake
@@ -680,6 +552,8 @@ class AmqpClient(asyncio.Protocol):
                 return
         raise AmqpProtocolError(f"unexpected {frame.name} on channel {channel}")
 
+    # ------------------------------------------------------------------ helpers
+
     async def _next_handshake(self) -> Frame:
         handshake = self._handshake
         assert handshake is not None
@@ -690,12 +564,14 @@ class AmqpClient(asyncio.Protocol):
     def _rpc(self, channel: int, method: Frame, *expected: type[Frame]) -> asyncio.Future[Frame]:
         """Send a synchronous method; the future gets the broker's reply (in channel order)."""
         future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            future.set_exception(TransportError(f"{self._where()}: not connected"))
+        stream = self._stream
+        if not stream.writable:
+            future.set_exception(
+                TransportError(f"{stream.where}: not connected", TransportErrorKind.DISCONNECTED)
+            )
             return future
         self._rpcs.setdefault(channel, deque()).append((expected, future))
-        transport.write(method_frame(channel, method))
+        stream.write(method_frame(channel, method))
         return future
 
     def _fail_rpcs(self, channel: int | None, exc: BaseException) -> None:
@@ -706,9 +582,7 @@ class AmqpClient(asyncio.Protocol):
                     future.set_exception(exc)
 
     def _send_method(self, channel: int, method: Frame) -> None:
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(method_frame(channel, method))
+        self._stream.write(method_frame(channel, method))
 
     def _start_ok(self, user: str) -> commands.Connection.StartOk:
         password = str(self._options.extra.get("password", "guest"))
@@ -733,23 +607,12 @@ class AmqpClient(asyncio.Protocol):
         )
 
     def _protocol_failure(self, reason: str) -> None:
-        self._lost_reason = reason
-        self._emit("protocol_error", {"client_id": self._options.client_id, "reason": reason})
         handshake = self._handshake
         if handshake is not None and not handshake.done():
             handshake.set_exception(AmqpProtocolError(reason))
-        self._abort()
-
-    def _abort(self) -> None:
-        transport = self._transport
-        if transport is not None:
-            transport.abort()
+        self._stream.fail(reason)
 
     def _heartbeat_tick(self) -> None:
-        self._heartbeat_handle = None
-        transport = self._transport
-        if not self._connected or transport is None:
-            return
         if self._rx_activity:
             self._rx_activity = False
             self._silent_ticks = 0
@@ -758,20 +621,7 @@ class AmqpClient(asyncio.Protocol):
             if self._silent_ticks >= 4:  # two heartbeat intervals without a byte
                 self._protocol_failure("missed heartbeats from the broker")
                 return
-        transport.write(HEARTBEAT_FRAME)
-        self._heartbeat_handle = asyncio.get_running_loop().call_later(
-            self._heartbeat_s / 2, self._heartbeat_tick
-        )
-
-    def _cancel_heartbeat(self) -> None:
-        if self._heartbeat_handle is not None:
-            self._heartbeat_handle.cancel()
-            self._heartbeat_handle = None
-
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
-        handler = self._options.on_event
-        if handler is not None:
-            handler(kind, details)
+        self._stream.write(HEARTBEAT_FRAME)
 
 
 class _BrokerClosed(Exception):

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mqbench.endpoint import Endpoint
-
-__all__ = ["Endpoint"]  # re-exported until every module imports mqbench.endpoint
+from mqbench.errors import TransportError, TransportErrorKind
 
 MessageHandler = Callable[[memoryview | bytes, int], None]
 """``(payload, t_recv_ns)``: called per delivered message; payload starts with the header.
@@ -54,6 +53,45 @@ def max_pending_bytes(options: ClientOptions) -> int:
 
 
 @dataclass(frozen=True)
+class TransportCapabilities:
+    """What a transport's clients can do; checked before a run starts (preflight)."""
+
+    max_qos: int
+    """Highest QoS a sender or subscription accepts (0: at most once only)."""
+    persistent_sessions: bool
+    """``ClientOptions.clean_session`` False keeps subscriptions and unacknowledged
+    messages across a reconnect (MQTT sessions)."""
+    wildcard_filters: bool
+    """``subscribe`` takes MQTT wildcard filters (``+``, ``#``), translated to the
+    protocol's own syntax where it has one."""
+
+
+def require_qos(qos: int, client: str, capabilities: TransportCapabilities) -> None:
+    """Raise ``TransportError`` (UNSUPPORTED) unless ``client`` can send/subscribe at ``qos``."""
+    top = capabilities.max_qos
+    if 0 <= qos <= top:
+        return
+    what = "is at-most-once" if top == 0 else f"supports QoS 0 to {top}"
+    raise TransportError(
+        f"the {client} client {what}: QoS {qos} is not supported", TransportErrorKind.UNSUPPORTED
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStats:
+    """Counters of one client (``Client.stats()``), summed by the engine per worker."""
+
+    sends_refused: int = 0
+    """Sends refused because the output buffer was full (see ``Sender``)."""
+    qos2_acked_as_qos1: int = 0
+    """QoS 2 publishes the broker completed with PUBACK (it downgraded them to QoS 1)."""
+    unrouted: int = 0
+    """Messages received that matched no subscription of the client (dropped)."""
+    nacked: int = 0
+    """QoS 1 publishes the broker rejected (AMQP ``Basic.Nack``)."""
+
+
+@dataclass(frozen=True)
 class ClientOptions:
     """Per-client settings; a transport ignores what its protocol has no notion of."""
 
@@ -76,7 +114,9 @@ class Client(Protocol):
     async def connect(self) -> None:
         """Open the connection and complete the protocol handshake within the timeout.
 
-        Raises ``mqbench.errors.TransportError`` with a clear message on failure.
+        Raises ``mqbench.errors.TransportError`` with a clear message on failure; its
+        ``kind`` is NOT_REUSABLE when this client object cannot connect (again), so the
+        caller creates a new client.
         """
         ...
 
@@ -107,26 +147,20 @@ class Client(Protocol):
         """Disconnect cleanly (protocol goodbye when connected); never raises."""
         ...
 
-
-@dataclass(frozen=True)
-class TransportCapabilities:
-    """What a client can do; the pre-flight refuses a scenario that asks for more."""
-
-    max_qos: int
-    """Highest delivery guarantee: 0 at most once, 1 at least once, 2 exactly once."""
-    persistent_sessions: bool
-    """Sessions that survive a reconnect with the same client id (``workload.persistent``)."""
-    wildcard_filters: bool
-    """Subscriptions with ``+`` / ``#`` filters (topologies p2p, fanin, groups)."""
+    def stats(self) -> ClientStats:
+        """The client's counters so far."""
+        ...
 
 
 class Transport(Protocol):
     """A protocol implementation: creates clients for an endpoint."""
 
     name: str
+    """The registry name of the client (``mqtt``, ``paho``, ...)."""
     protocol: str
-    max_qos: int
+    """The protocol it speaks (``mqtt``, ``nats``, ``redis``, ``amqp``, ``zenoh``)."""
     capabilities: TransportCapabilities
+    """What its clients can do (the pre-flight refuses a scenario that asks for more)."""
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> Client:
         """Return a new, unconnected client."""

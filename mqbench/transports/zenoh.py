@@ -62,16 +62,19 @@ import time
 from collections import deque
 from typing import Any
 
-from mqbench.errors import TransportError
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
-from mqbench.transports.topics import to_zenoh_key
+from mqbench.transports.stream import probe_tcp
+from mqbench.wire.topics import to_zenoh_key
 
 _time_ns = time.time_ns
 
@@ -94,6 +97,9 @@ PRIORITIES = (
 """zenoh priorities by number (1 = highest)."""
 CONGESTION = ("block", "drop")
 MODES = ("client", "peer")
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=True)
+"""What the zenoh client can do."""
 
 
 def _options(extra: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +187,10 @@ class ZenohClient:
     async def connect(self) -> None:
         """Check the TCP port, then open the zenoh session in a thread within the timeout."""
         if self._opened:
-            raise TransportError(f"zenoh client for {self._where} was already connected once")
+            raise TransportError(
+                f"zenoh client for {self._where} was already connected once",
+                TransportErrorKind.NOT_REUSABLE,
+            )
         self._opened = True
         timeout = self._options.connect_timeout_s
         loop = asyncio.get_running_loop()
@@ -193,20 +202,12 @@ class ZenohClient:
                 "eclipse-zenoh is not installed (pip install eclipse-zenoh)"
             ) from None
         started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout):
-                _, writer = await asyncio.open_connection(self._endpoint.host, self._endpoint.port)
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-        except TimeoutError:
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
             raise TransportError(
-                f"cannot connect to zenoh at {self._where}: no TCP connection within {timeout:g} s"
-            ) from None
-        except OSError as exc:
-            raise TransportError(
-                f"cannot connect to zenoh at {self._where}: {_describe_oserror(exc)}"
-            ) from None
+                f"cannot connect to zenoh at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         remaining = max(timeout - (time.monotonic() - started), 0.1)
         peer = self._settings["mode"] == "peer"
         settings: list[tuple[str, Any]] = [
@@ -226,11 +227,13 @@ class ZenohClient:
                 session = await asyncio.to_thread(zenoh.open, config)
         except TimeoutError:
             raise TransportError(
-                f"cannot connect to zenoh at {self._where}: no zenoh session within {timeout:g} s"
+                f"cannot connect to zenoh at {self._where}: no zenoh session within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except zenoh.ZError as exc:
             raise TransportError(
-                f"cannot connect to zenoh at {self._where}: {_short(exc)} (is it a zenoh router?)"
+                f"cannot connect to zenoh at {self._where}: {_short(exc)} (is it a zenoh router?)",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._session = session
         self._zid = str(session.zid())
@@ -238,7 +241,8 @@ class ZenohClient:
             if not session.info.peers_zid():
                 await self._close_session()
                 raise TransportError(
-                    f"cannot connect to zenoh at {self._where}: no discovery peer in session"
+                    f"cannot connect to zenoh at {self._where}: no discovery peer in session",
+                    TransportErrorKind.CONNECT_FAILED,
                 )
             self._connected = True
             self._emit("connected", {"endpoint": self._where, "zid": self._zid, "mode": "peer"})
@@ -247,16 +251,21 @@ class ZenohClient:
         self._listener = session.info.declare_transport_events_listener(self._on_transport_event)
         if not self._router_up:
             await self._close_session()
-            raise TransportError(f"cannot connect to zenoh at {self._where}: no router in session")
+            raise TransportError(
+                f"cannot connect to zenoh at {self._where}: no router in session",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         self._connected = True
         self._emit("connected", {"endpoint": self._where, "zid": self._zid})
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare a subscriber and return once a query round trip confirmed it."""
-        if qos > 0:
-            raise TransportError(f"zenoh pub/sub is at-most-once here; QoS {qos} not supported")
+        require_qos(qos, "zenoh", CAPABILITIES)
         if not self._connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: zenoh client is not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: zenoh client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         key = key_expr(topic, wildcards=True)
         inbox = self._inbox
         append = inbox.append
@@ -289,10 +298,12 @@ class ZenohClient:
 
         False when the client is not connected (router link down or session closed).
         """
-        if qos > 0:
-            raise TransportError(f"zenoh pub/sub is at-most-once here; QoS {qos} not supported")
+        require_qos(qos, "zenoh", CAPABILITIES)
         if self._session is None or self._closing:
-            raise TransportError(f"cannot publish to {topic!r}: zenoh client is not connected")
+            raise TransportError(
+                f"cannot publish to {topic!r}: zenoh client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         import zenoh
 
         key = key_expr(topic, wildcards=False)
@@ -332,6 +343,10 @@ class ZenohClient:
         """Accepted for the contract; zenoh pub/sub has no acknowledgements, so never called."""
         self._ack_handler = handler
 
+    def stats(self) -> ClientStats:
+        """No counters: zenoh refuses nothing and reports nothing to count."""
+        return ClientStats()
+
     def pending_write_bytes(self) -> int:
         """Always 0: zenoh's queues are not observable from Python."""
         return 0
@@ -362,7 +377,7 @@ class ZenohClient:
                 {
                     "endpoint": self._where,
                     "reason": self._failure or "closed by client",
-                    "requested": self._failure is None,
+                    "expected": self._failure is None,
                 },
             )
 
@@ -416,7 +431,7 @@ class ZenohClient:
         else:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "router link lost", "requested": False},
+                {"endpoint": self._where, "reason": "router link lost", "expected": False},
             )
 
     # ------------------------------------------------------------------ helpers
@@ -480,24 +495,12 @@ def _short(exc: BaseException) -> str:
     return str(exc).split(" at /", 1)[0].strip() or type(exc).__name__
 
 
-def _describe_oserror(exc: BaseException) -> str:
-    """One short phrase for a socket error ("connection refused", ...)."""
-    if isinstance(exc, ConnectionRefusedError) or "[Errno 111]" in str(exc):
-        return "connection refused"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror[0].lower() + exc.strerror[1:]
-    return str(exc) or type(exc).__name__
-
-
 class ZenohTransport:
     """Zenoh pub/sub via eclipse-zenoh sessions in client mode (at-most-once)."""
 
     name = "zenoh"
     protocol = "zenoh"
-    max_qos = 0
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> ZenohClient:
         """Return a new, unconnected ``ZenohClient``; bad ``extra`` options raise here."""

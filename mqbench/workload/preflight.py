@@ -25,7 +25,7 @@ from mqbench.records.results import check_output_root
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import get_transport, resolve_client
-from mqbench.transports.topics import is_filter
+from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
 from mqbench.workload.plan import worker_count
 from mqbench.workload.topology import build_topology, fault_targets

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from mqbench.errors import ScenarioError
 from mqbench.records.cell_entry import Route
 from mqbench.scenario.matrix import Cell
-from mqbench.transports.topics import is_filter, topic_matches
+from mqbench.wire.topics import is_filter, topic_matches
 
 COUNTRY_CODES = ("ua", "us", "de", "fr", "pl", "gb", "it", "es", "nl", "se")
 

@@ -30,13 +30,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from mqbench.errors import MqbenchError, TransportError
+from mqbench.endpoint import Endpoint
+from mqbench.errors import MqbenchError, TransportError, TransportErrorKind
 from mqbench.process import lifeline
 from mqbench.records.events import Event, EventKind
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
-from mqbench.transports.base import Client, ClientOptions, Endpoint, MessageHandler, Sender
+from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.schedule import InterleavedSchedule, PublishLoop
@@ -178,8 +179,9 @@ class Worker:
             if c.connected:
                 connected += 1
                 pending += c.pending_write_bytes()
-            puback += int(getattr(c, "qos2_acked_as_qos1", 0))
-            refused += int(getattr(c, "sends_refused", 0))
+            stats = c.stats()
+            puback += stats.qos2_acked_as_qos1
+            refused += stats.sends_refused
         return connected, pending, puback, refused
 
     async def _refresh_client_totals(self) -> None:
@@ -511,7 +513,7 @@ class Worker:
             try:
                 return await opener(spec, client)
             except TransportError as exc:
-                if "already" not in str(exc) and "once" not in str(exc):
+                if exc.kind is not TransportErrorKind.NOT_REUSABLE:
                     raise
         return await opener(spec)
 

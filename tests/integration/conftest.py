@@ -16,7 +16,7 @@ import pytest
 
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
-from mqbench.transports.base import Endpoint
+from mqbench.endpoint import Endpoint
 
 NativeBrokerFactory = Callable[..., RunningBroker]
 

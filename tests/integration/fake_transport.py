@@ -12,16 +12,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
 )
-from mqbench.transports.topics import topic_matches
+from mqbench.wire.topics import topic_matches
 
 DROP_MODULUS = 7
 
@@ -82,15 +83,17 @@ class FakeClient:
     async def close(self) -> None:
         self._connected = False
 
+    def stats(self) -> ClientStats:
+        return ClientStats()
+
 
 class DroppingTransport:
     """Transport factory for the fake broker."""
 
     name = "fake"
     protocol = "mqtt"
-    max_qos = 0
     capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
+        max_qos=0, persistent_sessions=False, wildcard_filters=True
     )
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> Any:

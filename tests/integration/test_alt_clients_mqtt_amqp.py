@@ -23,9 +23,10 @@ from loops import wait_until as poll_until
 from paho.mqtt.enums import CallbackAPIVersion
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header
-from mqbench.transports.base import Client, ClientOptions, Endpoint
+from mqbench.transports.base import Client, ClientOptions
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration

@@ -7,13 +7,9 @@ routing keys, so tests stay independent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import socket
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -21,11 +17,11 @@ import pytest
 from loops import LOOPS, run, wait_until
 
 from mqbench.brokers.base import RunningBroker
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.amqp import AmqpClient, AmqpTransport
-from mqbench.transports.base import ClientOptions, Endpoint
-from mqbench.transports.registry import get_transport
+from mqbench.transports.base import ClientOptions
 
 pytestmark = pytest.mark.integration
 
@@ -75,11 +71,6 @@ async def pika_subscriber(
 
     await queue.consume(on_message, no_ack=True)
     return connection
-
-
-def test_registry_returns_the_amqp_transport_with_qos_up_to_1() -> None:
-    transport = get_transport("amqp")
-    assert (transport.name, transport.protocol, transport.max_qos) == ("amqp", "amqp", 1)
 
 
 @pytest.mark.parametrize("qos", [0, 1])
@@ -279,54 +270,6 @@ def test_an_unknown_vhost_fails_with_the_brokers_reason(rabbitmq_amqp: Endpoint)
     client = make_client(rabbitmq_amqp, vhost="no-such-vhost")
     with pytest.raises(TransportError, match="NOT_ALLOWED - vhost no-such-vhost not found"):
         run("asyncio", client.connect())
-
-
-def test_a_closed_port_fails_fast_with_connection_refused() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    client = make_client(Endpoint("127.0.0.1", port), timeout_s=3)
-    started = time.monotonic()
-    with pytest.raises(TransportError, match="connection refused"):
-        run("asyncio", client.connect())
-    assert time.monotonic() - started < 3
-
-
-@pytest.fixture
-def silent_server() -> Iterator[Endpoint]:
-    """A TCP server that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                accepted.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield Endpoint("127.0.0.1", server.getsockname()[1])
-    finally:
-        stop.set()
-        thread.join(5)
-        for sock in accepted:
-            sock.close()
-        server.close()
-
-
-def test_a_server_that_never_answers_times_out_with_the_stage_named(
-    silent_server: Endpoint,
-) -> None:
-    client = make_client(silent_server, timeout_s=1)
-    started = time.monotonic()
-    with pytest.raises(TransportError, match=r"no Connection.Start .* within 1 s"):
-        run("asyncio", client.connect())
-    assert time.monotonic() - started < 3
 
 
 def test_connecting_to_the_mqtt_port_fails_with_a_transport_error(rabbitmq: RunningBroker) -> None:

@@ -19,8 +19,9 @@ from mqbench.calibration.model import CeilingBounds, Settings
 from mqbench.calibration.relay_process import RelayProcess
 from mqbench.calibration.runner import CalibrationRequest, calibrate, lean_client
 from mqbench.cli.app import app
+from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration

@@ -1,10 +1,21 @@
-"""Transport conformance over every target whose broker runs natively on this machine.
+"""Transport conformance: the behaviour every client shares, in one parametrized suite.
 
-Each target's default client, against the broker mqbench starts for that target, must:
+Per target whose broker runs natively on this machine, its default client, against the
+broker mqbench starts for that target (one broker per target for the whole module), must:
 connect; subscribe before anyone publishes; carry N messages each way at QoS 0 and a low
-rate with nothing lost, in order and intact; carry a 1 MiB payload; reconnect under the
-same identity and work again; close cleanly; and fail with a clear TransportError within
-a bounded time when the broker is unreachable (refused, or a listener that never answers).
+rate with nothing lost, in order and intact (also with write coalescing off); carry a 1 MiB
+payload; reconnect under the same identity and work again; close cleanly, idempotently and
+report it as expected; report a connection cut in the network as an unexpected disconnect
+and refuse sends; drop a peer that stops answering by its keepalive (once per lean client);
+and fail with a clear TransportError within a bounded time when the broker is unreachable
+(refused, or a listener that never answers).
+
+Per lean client, without a broker: a closed port is "connection refused" at once and a
+silent listener a timeout naming the handshake stage, on both event loops.
+
+Behaviour of one protocol only (interoperability with its reference library, its
+authentication errors, its own flow control) is in ``test_<protocol>_transport.py`` and
+``test_mqtt_interop.py``.
 """
 
 from __future__ import annotations
@@ -14,16 +25,22 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+from loops import LOOPS
+from loops import run as run_on
 
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.registry import get_target
-from mqbench.errors import TransportError
-from mqbench.transports.base import Client, ClientOptions, Endpoint, Transport
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.faults.tcp import ProxyRegistry
+from mqbench.faults.toxics import validate_toxic
+from mqbench.transports.base import Client, ClientOptions, Transport
 from mqbench.transports.registry import get_transport, resolve_client
 
 pytestmark = pytest.mark.integration
@@ -51,6 +68,13 @@ SLOW_BOOT = {
 N = 200
 MIB = 1024 * 1024
 
+STREAM_CLIENTS = {"mqtt": "mqtt broker", "nats": "nats", "redis": "redis", "amqp": "amqp broker"}
+"""The lean clients on ``StreamConnection``, with how their messages name the peer."""
+KEEPALIVE_TARGET = {"mqtt": "mosquitto", "nats": "nats", "redis": "redis", "amqp": "rabbitmq-amqp"}
+"""The one target per lean client on which its keepalive is checked (it is the client's)."""
+Events = list[tuple[str, dict[str, Any]]]
+T = TypeVar("T")
+
 
 class Conformance:
     """One target's broker and its default client."""
@@ -62,10 +86,22 @@ class Conformance:
         self.transport: Transport = get_transport(self.client_name)
         self._ids = 0
 
-    def client(self, client_id: str | None = None, endpoint: Endpoint | None = None) -> Client:
+    def client(
+        self,
+        client_id: str | None = None,
+        endpoint: Endpoint | None = None,
+        events: Events | None = None,
+        keepalive_s: int = 60,
+        connect_timeout_s: float = 2.0,
+        **extra: Any,
+    ) -> Client:
         self._ids += 1
         options = ClientOptions(
-            client_id=client_id or f"conf-{os.getpid()}-{self._ids}", connect_timeout_s=2.0
+            client_id=client_id or f"conf-{os.getpid()}-{self._ids}",
+            connect_timeout_s=connect_timeout_s,
+            keepalive_s=keepalive_s,
+            on_event=None if events is None else (lambda kind, d: events.append((kind, d))),
+            extra=extra,
         )
         return self.transport.create_client(endpoint or self.broker.endpoint, options)
 
@@ -92,8 +128,8 @@ def conf(request: pytest.FixtureRequest) -> Iterator[Conformance]:
             broker.stop()
 
 
-def run(coro: object) -> None:
-    asyncio.run(asyncio.wait_for(coro, 60))  # type: ignore[arg-type]
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(coro, 60))
 
 
 async def wait_for_count(box: list[bytes], count: int, timeout_s: float = 10.0) -> None:
@@ -182,19 +218,27 @@ def test_a_client_reconnects_under_the_same_identity_and_works_again(
     run(scenario())
 
 
-def test_close_is_clean_and_leaves_the_broker_serving_others(conf: Conformance) -> None:
+def test_close_is_clean_idempotent_reported_and_leaves_the_broker_serving_others(
+    conf: Conformance,
+) -> None:
+    events: Events = []
+
     async def scenario() -> None:
-        leaving, staying, pub = conf.client(), conf.client(), conf.client()
+        leaving, staying, pub = conf.client(events=events), conf.client(), conf.client()
         for c in (leaving, staying, pub):
             await c.connect()
         topic = f"conf-{os.getpid()}-close"
         got: list[bytes] = []
         await staying.subscribe(topic, 0, lambda p, t: got.append(bytes(p)))
+        late = leaving.sender(topic, 0)
         started = time.monotonic()
         await leaving.close()
         assert time.monotonic() - started < 5
         assert not leaving.connected
         await leaving.close()  # idempotent, never raises
+        await leaving.flush(1)  # never raises either
+        assert late(payload(0), 0) is False
+        assert leaving.pending_write_bytes() == 0
         assert pub.sender(topic, 0)(payload(1), 1)
         await pub.flush(5)
         await wait_for_count(got, 1)
@@ -204,6 +248,105 @@ def test_close_is_clean_and_leaves_the_broker_serving_others(conf: Conformance) 
         await pub.close()
 
     run(scenario())
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "connected"
+    assert kinds[-1] == "disconnected"
+    assert events[-1][1]["expected"] is True
+    assert events[-1][1]["reason"] == "closed by client"
+
+
+def test_writes_without_coalescing_deliver_the_same_messages(conf: Conformance) -> None:
+    if conf.client_name not in STREAM_CLIENTS:
+        pytest.skip(f"the {conf.client_name} client has no write coalescing to turn off")
+
+    async def scenario() -> list[bytes]:
+        sub, pub = conf.client(), conf.client(coalesce_writes=False)
+        await sub.connect()
+        await pub.connect()
+        got: list[bytes] = []
+        topic = f"conf-{os.getpid()}-direct"
+        await sub.subscribe(topic, 0, lambda p, t: got.append(bytes(p)))
+        send = pub.sender(topic, 0)
+        for i in range(N):
+            assert send(payload(i), i)
+        await pub.flush(5)
+        await wait_for_count(got, N)
+        await pub.close()
+        await sub.close()
+        return got
+
+    assert run(scenario()) == [payload(i) for i in range(N)]
+
+
+async def through_proxy(conf: Conformance, registry: ProxyRegistry) -> Endpoint:
+    """A fault proxy in this loop in front of the target's broker; its address."""
+    upstream = f"{conf.broker.endpoint.host}:{conf.broker.endpoint.port}"
+    proxy = await registry.create(f"conf-{os.getpid()}", "127.0.0.1:0", upstream)
+    host, port = proxy.listen.rsplit(":", 1)
+    return Endpoint(host, int(port))
+
+
+def test_a_connection_cut_in_the_network_is_an_unexpected_disconnect_and_sends_fail(
+    conf: Conformance,
+) -> None:
+    events: Events = []
+
+    async def scenario() -> tuple[bool, bool]:
+        registry = ProxyRegistry()
+        try:
+            client = conf.client(endpoint=await through_proxy(conf, registry), events=events)
+            await client.connect()
+            send = client.sender(f"conf-{os.getpid()}-cut", 0)
+            assert send(payload(0), 0)
+            # The proxy stops listening and drops its links: the broker is gone for us.
+            await registry.get(f"conf-{os.getpid()}").set_enabled(False)
+            deadline = time.monotonic() + 15
+            while client.connected and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            result = client.connected, send(payload(1), 1)
+            await client.close()
+            return result
+        finally:
+            await registry.close()
+
+    connected, sent = run(scenario())
+    assert not connected
+    assert not sent
+    lost = [d for kind, d in events if kind == "disconnected"]
+    assert lost and lost[0]["expected"] is False
+    assert lost[0]["reason"]
+
+
+def test_a_peer_that_stops_answering_is_dropped_by_the_keepalive(conf: Conformance) -> None:
+    if KEEPALIVE_TARGET.get(conf.client_name) != conf.target:
+        pytest.skip(f"the {conf.client_name} client's keepalive is checked on another target")
+    events: Events = []
+
+    async def scenario() -> tuple[bool, float]:
+        registry = ProxyRegistry()
+        try:
+            endpoint = await through_proxy(conf, registry)
+            client = conf.client(endpoint=endpoint, events=events, keepalive_s=1)
+            await client.connect()
+            # Nothing from the broker reaches the client any more; the socket stays open.
+            freeze = validate_toxic("timeout", {"timeout": 0}, stream="downstream")
+            registry.get(f"conf-{os.getpid()}").add_toxic(freeze)
+            started = time.monotonic()
+            while client.connected and time.monotonic() - started < 10:
+                await asyncio.sleep(0.02)
+            result = client.connected, time.monotonic() - started
+            await client.close()
+            return result
+        finally:
+            await registry.close()
+
+    connected, elapsed = run(scenario())
+    assert not connected
+    assert elapsed < 5.0  # two or four missed 1 s keepalive ticks, never the broker's timeout
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["connected", "protocol_error", "disconnected"]
+    assert events[2][1]["expected"] is False
+    assert events[2][1]["reason"] == events[1][1]["reason"]
 
 
 def test_an_unreachable_broker_is_a_clear_error_within_the_connect_timeout(
@@ -219,17 +362,67 @@ def test_an_unreachable_broker_is_a_clear_error_within_the_connect_timeout(
         for endpoint in (Endpoint("127.0.0.1", closed_port), Endpoint(*silent.getsockname())):
 
             async def attempt(ep: Endpoint = endpoint) -> None:
-                client = conf.client(endpoint=ep)
+                client = conf.client(endpoint=ep, connect_timeout_s=0.5)
                 started = time.monotonic()
                 with pytest.raises(TransportError) as info:
                     await client.connect()
-                assert time.monotonic() - started < 2.0 + 3.0
+                assert time.monotonic() - started < 0.5 + 3.0
                 message = str(info.value)
                 assert str(ep.port) in message, message
                 assert "\n" not in message
+                assert info.value.kind is TransportErrorKind.CONNECT_FAILED
                 assert not client.connected
                 await client.close()
 
             run(attempt())
     finally:
         silent.close()
+
+
+# ----------------------------------------------------------------------------- no broker
+
+
+def lean_client(name: str, port: int, timeout_s: float) -> Client:
+    options = ClientOptions(client_id="lean", connect_timeout_s=timeout_s)
+    return get_transport(name).create_client(Endpoint("127.0.0.1", port), options)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("name", [*STREAM_CLIENTS, "zenoh"])
+def test_a_closed_port_fails_at_once_with_connection_refused(name: str, loop_kind: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = lean_client(name, port, 3.0)
+    started = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        run_on(loop_kind, client.connect())
+    assert time.monotonic() - started < 3.0
+    where = STREAM_CLIENTS.get(name, name)
+    assert str(info.value) == f"cannot connect to {where} at 127.0.0.1:{port}: connection refused"
+    assert info.value.kind is TransportErrorKind.CONNECT_FAILED
+    assert not client.connected
+
+
+STAGES = {
+    "mqtt": "no CONNACK",
+    "nats": "no handshake",
+    "redis": "no handshake",
+    "amqp": r"no Connection.Start \(is this an AMQP 0-9-1 port\?\)",
+}
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+@pytest.mark.parametrize("name", list(STREAM_CLIENTS))
+def test_a_listener_that_never_answers_times_out_naming_the_handshake_stage(
+    name: str, loop_kind: str
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = lean_client(name, listener.getsockname()[1], 0.5)
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=rf"{STAGES[name]} within 0\.5 s$") as info:
+            run_on(loop_kind, client.connect())
+        assert 0.4 < time.monotonic() - started < 2.0
+        assert info.value.kind is TransportErrorKind.CONNECT_FAILED

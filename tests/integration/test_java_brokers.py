@@ -23,8 +23,9 @@ from mqbench.brokers.maven import Artifact, JavaDistribution
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.registry import maven_distributions
 from mqbench.brokers.sampler import ResourceSampler
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttTransport
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

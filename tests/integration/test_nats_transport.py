@@ -17,11 +17,11 @@ from loops import LOOPS, run
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.definitions.nats import NatsSpec
+from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.nats import NatsClient, NatsTransport
-from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +47,6 @@ def payloads(count: int, size: int = 64) -> list[bytes]:
 
 def url(broker: RunningBroker) -> str:
     return f"nats://{broker.endpoint.host}:{broker.endpoint.port}"
-
-
-def test_registry_returns_the_nats_transport_with_qos_0_only() -> None:
-    transport = get_transport("nats")
-    assert (transport.name, transport.protocol, transport.max_qos) == ("nats", "nats", 0)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
@@ -162,35 +157,6 @@ def test_payload_of_exactly_max_payload_round_trips_and_one_byte_more_is_refused
     assert still_connected
 
 
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_connecting_to_a_closed_port_fails_fast_with_connection_refused(loop_kind: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = make_client(Endpoint("127.0.0.1", port), timeout_s=3.0)
-    started = time.monotonic()
-    with pytest.raises(TransportError) as info:
-        run(loop_kind, client.connect())
-    assert time.monotonic() - started < 3.0
-    assert str(info.value) == f"cannot connect to nats at 127.0.0.1:{port}: connection refused"
-    assert not client.connected
-
-
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_a_server_that_never_says_info_times_out_within_the_connect_timeout(
-    loop_kind: str,
-) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        client = make_client(Endpoint("127.0.0.1", port), timeout_s=0.5)
-        started = time.monotonic()
-        with pytest.raises(TransportError, match=r"no handshake within 0\.5 s"):
-            run(loop_kind, client.connect())
-        assert 0.4 < time.monotonic() - started < 2.0
-
-
 @pytest.fixture
 def nats_with_password() -> Iterator[Endpoint]:
     """A nats-server requiring user ``bob`` / password ``secret``, stopped by PID afterwards.
@@ -244,73 +210,6 @@ def test_wrong_credentials_are_reported_as_the_servers_authorization_error(
     assert run("uvloop", with_right_credentials())
 
 
-def test_qos_above_zero_is_refused_for_senders_and_subscriptions(nats: RunningBroker) -> None:
-    async def scenario() -> tuple[str, str]:
-        client = make_client(nats.endpoint)
-        await client.connect()
-        try:
-            with pytest.raises(TransportError) as at_sender:
-                client.sender("a", 1)
-            with pytest.raises(TransportError) as at_subscribe:
-                await client.subscribe("a", 1, lambda p, t: None)
-        finally:
-            await client.close()
-        return str(at_sender.value), str(at_subscribe.value)
-
-    at_sender, at_subscribe = run("uvloop", scenario())
-    assert at_sender == "NATS core is at-most-once; QoS 1 not supported"
-    assert at_subscribe == at_sender
-
-
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_close_is_clean_idempotent_and_reported(nats: RunningBroker, loop_kind: str) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-
-    async def scenario() -> tuple[bool, bool, int]:
-        client = make_client(nats.endpoint, events=events)
-        await client.connect()
-        send = client.sender("x", 0)
-        assert send(b"before close", 0)
-        await client.close()
-        await client.close()
-        await client.flush(1)
-        return client.connected, send(b"after close", 1), client.pending_write_bytes()
-
-    connected, sent_after_close, pending = run(loop_kind, scenario())
-    assert not connected
-    assert not sent_after_close
-    assert pending == 0
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is True
-    assert events[1][1]["reason"] == "closed by client"
-
-
-def test_server_going_away_is_reported_as_an_unrequested_disconnect(
-    nats: RunningBroker,
-) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-
-    async def scenario() -> tuple[bool, bool]:
-        client = make_client(nats.endpoint, events=events)
-        await client.connect()
-        send = client.sender("x", 0)
-        nats.stop()
-        for _ in range(100):  # bounded: at most ~5 s
-            if not client.connected:
-                break
-            await asyncio.sleep(0.05)
-        result = client.connected, send(b"lost", 0)
-        await client.close()
-        return result
-
-    connected, sent = run("uvloop", scenario())
-    assert not connected
-    assert not sent
-    kinds = [kind for kind, _ in events]
-    assert kinds == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is False
-
-
 def test_client_answers_server_pings_and_stays_connected(
     native_broker: Callable[..., RunningBroker],
 ) -> None:
@@ -333,71 +232,3 @@ def test_client_answers_server_pings_and_stays_connected(
         return ok, len(received)
 
     assert run("uvloop", scenario()) == (True, 1)
-
-
-def test_uncoalesced_writes_deliver_the_same_messages(nats: RunningBroker) -> None:
-    sent = payloads(200)
-
-    async def scenario() -> list[bytes]:
-        received: list[bytes] = []
-        sub = make_client(nats.endpoint, "sub")
-        pub = make_client(nats.endpoint, "pub", coalesce_writes=False)
-        await sub.connect()
-        await pub.connect()
-        await sub.subscribe("direct", 0, lambda p, t: received.append(bytes(p)))
-        send = pub.sender("direct", 0)
-        for i, p in enumerate(sent):
-            send(p, i)
-        await pub.flush(5)
-        await sub.flush(5)
-        await pub.close()
-        await sub.close()
-        return received
-
-    assert run("uvloop", scenario()) == sent
-
-
-@pytest.mark.parametrize("loop_kind", LOOPS)
-def test_a_server_that_stops_answering_is_dropped_after_two_unanswered_keepalive_pings(
-    loop_kind: str,
-) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Complete the handshake like nats-server, then go silent (a stale peer)."""
-        writer.write(b'INFO {"server_id":"fake","max_payload":1048576}\r\n')
-        for _ in range(10):
-            line = await reader.readline()
-            if line in (b"", b"PING\r\n"):
-                break
-        writer.write(b"PONG\r\n")
-        with contextlib.suppress(TimeoutError, ConnectionError):
-            await asyncio.wait_for(reader.read(), 10)
-        writer.close()
-
-    async def scenario() -> tuple[bool, float]:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        options = ClientOptions(
-            client_id="k", keepalive_s=1, on_event=lambda kind, d: events.append((kind, d))
-        )
-        client = NatsClient(Endpoint("127.0.0.1", port), options)
-        await client.connect()
-        started = time.monotonic()
-        for _ in range(120):  # bounded: at most ~6 s
-            if not client.connected:
-                break
-            await asyncio.sleep(0.05)
-        elapsed = time.monotonic() - started
-        connected = client.connected
-        await client.close()
-        server.close()
-        await server.wait_closed()
-        return connected, elapsed
-
-    connected, elapsed = run(loop_kind, scenario())
-    assert not connected
-    assert 2.5 < elapsed < 4.5
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["requested"] is False
-    assert events[1][1]["reason"].startswith("stale connection: no PONG to 2 keepalive PINGs")

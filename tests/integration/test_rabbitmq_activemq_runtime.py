@@ -23,9 +23,10 @@ from mqbench.brokers.definitions.activemq import ActiveMqSpec
 from mqbench.brokers.definitions.rabbitmq import RabbitMqSpec, find_epmd
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.registry import get_target, native_specs
+from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 from mqbench.transports.amqp import AmqpTransport
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttTransport
 
 pytestmark = pytest.mark.integration

@@ -19,20 +19,21 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tbmq_helpers import BrokerThread, running_broker
 
 from mqbench.brokers.backing_services import PostgresService, RedisService
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
     Publish,
     PubRel,
-    StreamParser,
     Subscribe,
     Will,
     encode_publish,
     publish_prefix,
 )
+from mqbench.wire.mqtt.parser import StreamParser
 
 pytestmark = pytest.mark.integration
 
@@ -398,6 +399,35 @@ def test_oversized_packet_closes_that_connection_only(broker: BrokerThread) -> N
     assert _closed_by_broker(sock)
     sock.close()
     assert _still_serving(broker.port)
+
+
+def _mqtt5_disconnect_reason(port: int, after_connack: bytes) -> int | None:
+    """Connect at MQTT 5, send ``after_connack`` and return the broker's DISCONNECT reason."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(5)
+    try:
+        sock.sendall(Connect("reasons", protocol_level=5, properties={}).encode())
+        parser = StreamParser(protocol_level=5)
+        packets: list[Any] = []
+        while not packets:
+            packets += parser.feed(sock.recv(4096))
+        assert isinstance(packets[0], Connack) and packets[0].return_code == 0
+        sock.sendall(after_connack)
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return None
+            for packet in parser.feed(data):
+                if isinstance(packet, Disconnect):
+                    return packet.reason_code
+    finally:
+        sock.close()
+
+
+def test_mqtt5_clients_are_told_why_they_are_disconnected(broker: BrokerThread) -> None:
+    assert _mqtt5_disconnect_reason(broker.port, publish_prefix("t", 100_000)) == 0x95
+    assert _mqtt5_disconnect_reason(broker.port, bytes((0x62, 2, 0, 0))) == 0x81
+    assert _mqtt5_disconnect_reason(broker.port, Connect("again").encode()) == 0x82
 
 
 @settings(

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+from typing import Any
 
 import pytest
 from pamqp import commands, frame, header
 from pamqp.body import ContentBody
 from pamqp.heartbeat import Heartbeat
+from stream_fakes import FakeTransport, attach
 
+from mqbench.endpoint import Endpoint
 from mqbench.transports.amqp import AmqpClient
-from mqbench.transports.amqp_codec import (
+from mqbench.transports.base import ClientOptions
+from mqbench.wire.amqp import (
     HEARTBEAT_FRAME,
     AmqpCodecError,
     FrameParser,
@@ -21,7 +26,6 @@ from mqbench.transports.amqp_codec import (
     publish_method,
     publish_prefix,
 )
-from mqbench.transports.base import ClientOptions, Endpoint
 
 Delivery = tuple[int, bytes, int, bytes]
 
@@ -175,61 +179,73 @@ def test_a_frame_announcing_more_than_frame_max_is_rejected_before_buffering_it(
 # --- publisher-confirm bookkeeping of the client (no network) --------------------------------
 
 
-def confirm_client() -> tuple[AmqpClient, list[int], list[bytes]]:
-    client = AmqpClient(Endpoint("127.0.0.1", 1), ClientOptions("unit"))
-    written: list[bytes] = []
-    client._write = written.append
+def confirm_client(**extra: Any) -> tuple[AmqpClient, list[int], FakeTransport]:
+    """A connected client on a fake transport (inside a running loop), writes uncoalesced."""
+    options = ClientOptions("unit", extra={"coalesce_writes": False, **extra})
+    client = AmqpClient(Endpoint("127.0.0.1", 1), options)
+    transport = attach(client._stream)
     acked: list[int] = []
     client.set_ack_handler(lambda tag, t: acked.append(tag))
-    return client, acked, written
+    return client, acked, transport
 
 
 def test_multiple_acks_call_the_handler_once_per_tag_in_publish_order() -> None:
-    client, acked, written = confirm_client()
-    send = client.sender("t", 1)
-    assert all(send(b"p", 100 + i) for i in range(10))
-    assert len(written) == 10
-    client._on_confirm(2, 4, True, False)
-    assert acked == [100, 101, 102, 103]
-    client._on_confirm(2, 4, True, False)  # a repeated ack changes nothing
-    client._on_confirm(2, 10, True, False)
-    assert acked == [100 + i for i in range(10)]
-    assert client.inflight == 0
+    async def scenario() -> None:
+        client, acked, transport = confirm_client()
+        send = client.sender("t", 1)
+        assert all(send(b"p", 100 + i) for i in range(10))
+        assert len(transport.writes) == 10
+        client._on_confirm(2, 4, True, False)
+        assert acked == [100, 101, 102, 103]
+        client._on_confirm(2, 4, True, False)  # a repeated ack changes nothing
+        client._on_confirm(2, 10, True, False)
+        assert acked == [100 + i for i in range(10)]
+        assert client.inflight == 0
+
+    asyncio.run(scenario())
 
 
 def test_single_acks_out_of_order_then_multiple_ack_each_tag_only_once() -> None:
-    client, acked, _ = confirm_client()
-    send = client.sender("t", 1)
-    for i in range(6):
-        send(b"p", i)
-    client._on_confirm(2, 3, False, False)
-    client._on_confirm(2, 1, False, False)
-    assert acked == [2, 0]
-    client._on_confirm(2, 5, True, False)
-    assert acked == [2, 0, 1, 3, 4]
-    client._on_confirm(2, 6, False, False)
-    assert acked == [2, 0, 1, 3, 4, 5]
-    assert client.inflight == 0
+    async def scenario() -> None:
+        client, acked, _ = confirm_client()
+        send = client.sender("t", 1)
+        for i in range(6):
+            send(b"p", i)
+        client._on_confirm(2, 3, False, False)
+        client._on_confirm(2, 1, False, False)
+        assert acked == [2, 0]
+        client._on_confirm(2, 5, True, False)
+        assert acked == [2, 0, 1, 3, 4]
+        client._on_confirm(2, 6, False, False)
+        assert acked == [2, 0, 1, 3, 4, 5]
+        assert client.inflight == 0
+
+    asyncio.run(scenario())
 
 
 def test_nacked_publishes_are_counted_and_never_reach_the_ack_handler() -> None:
-    client, acked, _ = confirm_client()
-    send = client.sender("t", 1)
-    for i in range(4):
-        send(b"p", i)
-    client._on_confirm(2, 2, True, True)
-    client._on_confirm(2, 4, True, False)
-    assert acked == [2, 3]
-    assert client.nacked == 2
+    async def scenario() -> None:
+        client, acked, _ = confirm_client()
+        send = client.sender("t", 1)
+        for i in range(4):
+            send(b"p", i)
+        client._on_confirm(2, 2, True, True)
+        client._on_confirm(2, 4, True, False)
+        assert acked == [2, 3]
+        assert client.nacked == 2
+
+    asyncio.run(scenario())
 
 
 def test_qos1_sender_refuses_when_max_inflight_publishes_are_unconfirmed() -> None:
-    client = AmqpClient(Endpoint("127.0.0.1", 1), ClientOptions("unit", extra={"max_inflight": 3}))
-    client._write = [].append
-    send = client.sender("t", 1)
-    assert [send(b"p", i) for i in range(4)] == [True, True, True, False]
-    client._on_confirm(2, 1, False, False)
-    assert send(b"p", 9)
+    async def scenario() -> None:
+        client, _, _ = confirm_client(max_inflight=3)
+        send = client.sender("t", 1)
+        assert [send(b"p", i) for i in range(4)] == [True, True, True, False]
+        client._on_confirm(2, 1, False, False)
+        assert send(b"p", 9)
+
+    asyncio.run(scenario())
 
 
 def test_senders_return_false_while_not_connected() -> None:

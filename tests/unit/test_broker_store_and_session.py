@@ -23,7 +23,7 @@ from mqbench.broker.persistence.memory import MemoryDeviceStore
 from mqbench.broker.persistence.redis_store import collect_results, plan_calls
 from mqbench.broker.session import APP, DEVICE, MEMORY, REL, Outgoing, PendingAck, Session
 from mqbench.errors import UsageError
-from mqbench.transports.mqtt_codec import PROP_MESSAGE_EXPIRY, PROP_USER_PROPERTY
+from mqbench.wire.mqtt.properties import PROP_MESSAGE_EXPIRY, PROP_USER_PROPERTY
 
 
 def _save(store: MemoryDeviceStore, cid: str, values: list[bytes], ttl: int = 0) -> list[int]:

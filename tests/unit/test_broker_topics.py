@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbench.broker.topics import TopicTrie, valid_filter, valid_topic
-from mqbench.transports.mqtt_codec import topic_matches
+from mqbench.wire.topics import TopicTrie, topic_matches, valid_filter, valid_topic
 
 levels = st.sampled_from(["a", "b", "c", "", "$SYS"])
 topics = st.lists(levels, min_size=1, max_size=4).map("/".join).filter(valid_topic)

@@ -8,14 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqbench.errors import TransportError
-from mqbench.transports.mqtt_codec import (
-    MAX_REMAINING_LENGTH,
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.wire.mqtt.decode import decode_packet
+from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
-    MqttCodecError,
-    MqttProtocolError,
     Packet,
     PingReq,
     PingResp,
@@ -24,20 +23,28 @@ from mqbench.transports.mqtt_codec import (
     Publish,
     PubRec,
     PubRel,
-    StreamParser,
     Suback,
     Subscribe,
     Unsuback,
     Unsubscribe,
     Will,
-    decode_packet,
-    decode_remaining_length,
     encode_puback,
     encode_publish,
-    encode_remaining_length,
     publish_prefix,
-    topic_matches,
 )
+from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.wire.mqtt.primitives import (
+    MAX_REMAINING_LENGTH,
+    decode_remaining_length,
+    encode_remaining_length,
+)
+from mqbench.wire.mqtt.reason_codes import (
+    RC_MALFORMED,
+    RC_PACKET_TOO_LARGE,
+    RC_PROTOCOL_ERROR,
+    RC_RECEIVE_MAX_EXCEEDED,
+)
+from mqbench.wire.topics import topic_matches
 
 # Remaining-length table of MQTT 3.1.1 section 2.2.3 (Table 2.4), boundaries of each size.
 REMAINING_LENGTH_VECTORS = [
@@ -422,8 +429,18 @@ def test_truncated_packet_raises_in_one_shot_decoding_and_at_end_of_stream() -> 
 
 def test_packet_larger_than_the_limit_is_rejected_before_buffering() -> None:
     parser = StreamParser(max_packet_size=1000)
-    with pytest.raises(MqttCodecError, match="exceeds the limit"):
+    with pytest.raises(MqttCodecError, match="exceeds the limit") as raised:
         parser.feed(publish_prefix("t", 5000))
+    assert raised.value.reason_code == RC_PACKET_TOO_LARGE
+
+
+def test_protocol_errors_carry_their_mqtt5_reason_code_and_kind() -> None:
+    with pytest.raises(MqttCodecError) as raised:
+        decode_packet(bytes((0x62, 2, 0, 0)))
+    assert raised.value.reason_code == RC_MALFORMED
+    assert raised.value.kind is TransportErrorKind.PROTOCOL
+    assert MqttProtocolError("x").reason_code == RC_PROTOCOL_ERROR
+    assert MqttProtocolError("x", RC_RECEIVE_MAX_EXCEEDED).reason_code == RC_RECEIVE_MAX_EXCEEDED
 
 
 def test_password_without_user_name_is_malformed_in_3_1_1() -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mqbench.transports.base import ClientOptions, Endpoint
+from mqbench.endpoint import Endpoint
+from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient
-from mqbench.transports.mqtt_codec import (
+from mqbench.wire.mqtt.decode import decode_packet
+from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
     Packet,
@@ -20,9 +22,8 @@ from mqbench.transports.mqtt_codec import (
     Publish,
     PubRec,
     PubRel,
-    decode_packet,
-    decode_remaining_length,
 )
+from mqbench.wire.mqtt.primitives import decode_remaining_length
 
 
 class ScriptedBroker:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbench.errors import TransportError
-from mqbench.transports.nats_codec import (
+from mqbench.wire.nats import (
     NatsParser,
     NatsProtocolError,
     build_connect,

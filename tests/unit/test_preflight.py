@@ -77,17 +77,6 @@ def test_a_scenario_the_preflight_accepts_returns_its_cells(tmp_path: Path) -> N
     assert [c.pairs for c in cells] == [1, 2]
 
 
-def test_every_registered_client_declares_its_capabilities() -> None:
-    from mqbench.transports.registry import transport_names
-
-    for name in transport_names():
-        try:
-            caps = get_transport(name).capabilities
-        except TransportError:
-            continue  # its library is not installed here
-        assert 0 <= caps.max_qos <= 2
-
-
 def test_a_plugin_client_without_capabilities_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

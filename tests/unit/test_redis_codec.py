@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqbench.errors import TransportError
-from mqbench.transports.redis_codec import (
+from mqbench.wire.resp import (
     RespError,
     RespParser,
     RespProtocolError,

@@ -8,12 +8,7 @@ from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Topology as TopologyName
 from mqbench.scenario.topologies import SHAPES
-from mqbench.transports.topics import (
-    to_nats_subject,
-    to_redis_pattern,
-    to_zenoh_key,
-    topic_matches,
-)
+from mqbench.wire.topics import to_nats_subject, to_redis_pattern, to_zenoh_key, topic_matches
 from mqbench.workload.topology import BUILDERS, build_topology
 
 

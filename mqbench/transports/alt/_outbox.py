@@ -101,24 +101,3 @@ class Outbox:
                     self._on_error(exc)
                     return
             self._idle.set()
-
-
-async def probe_tcp(host: str, port: int, timeout_s: float) -> str | None:
-    """Open and close a TCP connection; None when it worked, else a short reason.
-
-    Stock clients retry refused connections until their timeout; probing first makes a
-    closed port fail at once with "connection refused", as the lean clients do.
-    """
-    try:
-        async with asyncio.timeout(timeout_s):
-            _, writer = await asyncio.open_connection(host, port)
-    except TimeoutError:
-        return f"no TCP connection within {timeout_s:g} s"
-    except OSError as exc:
-        if isinstance(exc, ConnectionRefusedError) or "[Errno 111]" in str(exc):
-            return "connection refused"
-        return exc.strerror or str(exc) or type(exc).__name__
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import time
 from typing import Any
 
@@ -25,15 +24,21 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
-from mqbench.errors import TransportError
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
+from mqbench.transports.stream import describe_oserror, probe_tcp
+
+CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
+"""What the aio-pika client can do."""
 
 
 class AioPikaTransport:
@@ -41,10 +46,7 @@ class AioPikaTransport:
 
     name: str = "aio-pika"
     protocol: str = "amqp"
-    max_qos: int = 1
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AioPikaClient:
         """Return a new, unconnected client."""
@@ -80,6 +82,11 @@ class AioPikaClient:
         timeout = self._options.connect_timeout_s
         user = str(extra.get("user", "guest"))
         exchange_name = str(extra.get("exchange", "mqbench"))
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
+            raise TransportError(
+                f"cannot connect to {self._where}: {refused}", TransportErrorKind.CONNECT_FAILED
+            )
         try:
             async with asyncio.timeout(timeout):
                 connection = await aio_pika.connect(
@@ -104,32 +111,37 @@ class AioPikaClient:
         except TimeoutError:
             await self._drop()
             raise TransportError(
-                f"cannot connect to {self._where}: no handshake within {timeout:g} s"
+                f"cannot connect to {self._where}: no handshake within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiormq.exceptions.ProbableAuthenticationError as exc:
             await self._drop()
             raise TransportError(
-                f"{self._where} refused the login of user {user!r}: {_reason(exc)}"
+                f"{self._where} refused the login of user {user!r}: {_reason(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
-        except ConnectionRefusedError:
+        except OSError as exc:
             await self._drop()
-            raise TransportError(f"cannot connect to {self._where}: connection refused") from None
-        except (aiormq.exceptions.AMQPError, OSError) as exc:
+            raise TransportError(
+                f"cannot connect to {self._where}: {describe_oserror(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
+            ) from None
+        except aiormq.exceptions.AMQPError as exc:
             await self._drop()
-            if exc.args and exc.args[0] == errno.ECONNREFUSED:
-                raise TransportError(
-                    f"cannot connect to {self._where}: connection refused"
-                ) from None
-            raise TransportError(f"cannot connect to {self._where}: {_reason(exc)}") from None
+            raise TransportError(
+                f"cannot connect to {self._where}: {_reason(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
+            ) from None
         self._emit("connected", {"client_id": self._options.client_id})
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare an exclusive queue, bind it with ``topic`` and start consuming."""
-        if qos not in (0, 1):
-            raise TransportError(f"aio-pika client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "aio-pika", CAPABILITIES)
         channel, exchange = self._channel, self._exchange
         if channel is None or exchange is None or not self.connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: not connected", TransportErrorKind.DISCONNECTED
+            )
         try:
             async with asyncio.timeout(self._options.connect_timeout_s):
                 if qos == 1:
@@ -158,8 +170,7 @@ class AioPikaClient:
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool``; each call schedules one publish task."""
-        if qos not in (0, 1):
-            raise TransportError(f"aio-pika client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "aio-pika", CAPABILITIES)
         client = self
         tasks = self._tasks
 
@@ -192,6 +203,10 @@ class AioPikaClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` when a QoS 1 publish is confirmed."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Not observable through aio-pika: always 0."""

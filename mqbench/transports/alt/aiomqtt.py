@@ -20,15 +20,21 @@ from typing import Any
 
 import aiomqtt
 
-from mqbench.errors import TransportError
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
+from mqbench.transports.stream import probe_tcp
+
+CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
+"""What the aiomqtt client can do."""
 
 
 class AiomqttTransport:
@@ -36,10 +42,7 @@ class AiomqttTransport:
 
     name: str = "aiomqtt"
     protocol: str = "mqtt"
-    max_qos: int = 1
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> AiomqttClient:
         """Return a new, unconnected client."""
@@ -75,6 +78,11 @@ class AiomqttClient:
         timeout = options.connect_timeout_s
         extra = options.extra
         password = extra.get("password")
+        refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
+        if refused is not None:
+            raise TransportError(
+                f"cannot connect to {self._where}: {refused}", TransportErrorKind.CONNECT_FAILED
+            )
         # aiomqtt binds the running loop when the client is created: create it here.
         self._client = aiomqtt.Client(
             self._endpoint.host,
@@ -91,28 +99,34 @@ class AiomqttClient:
                 await self._client.__aenter__()
         except TimeoutError:
             raise TransportError(
-                f"cannot connect to {self._where}: no CONNACK within {timeout:g} s"
+                f"cannot connect to {self._where}: no CONNACK within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiomqtt.MqttCodeError as exc:
             # A CONNACK with a failure code (e.g. bad user name or password).
             reason = re.sub(r"^\[code:\d+\]\s*", "", str(exc))
             raise TransportError(
                 f"{self._where} refused the connection of {options.client_id!r}: {reason} "
-                f"(CONNACK code {exc.rc})"
+                f"(CONNACK code {exc.rc})",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiomqtt.MqttError as exc:
-            raise TransportError(f"cannot connect to {self._where}: {_reason(exc)}") from None
+            raise TransportError(
+                f"cannot connect to {self._where}: {_reason(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
+            ) from None
         self._connected = True
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self._emit("connected", {"client_id": self._options.client_id})
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe (aiomqtt awaits the SUBACK) and route matching messages to the handler."""
-        if qos not in (0, 1):
-            raise TransportError(f"aiomqtt client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "aiomqtt", CAPABILITIES)
         mqtt = self._client
         if not self._connected or mqtt is None:
-            raise TransportError(f"cannot subscribe to {topic!r}: not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: not connected", TransportErrorKind.DISCONNECTED
+            )
         entry = (topic, on_message)
         self._subs.append(entry)
         try:
@@ -124,13 +138,14 @@ class AiomqttClient:
         code = first if isinstance(first, int) else int(first.value)
         if code >= 0x80:
             self._subs.remove(entry)
-            raise TransportError(f"{self._where} refused the subscription to {topic!r}")
+            raise TransportError(
+                f"{self._where} refused the subscription to {topic!r}", TransportErrorKind.REJECTED
+            )
         self._emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": code})
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool``; each call schedules one publish task."""
-        if qos not in (0, 1):
-            raise TransportError(f"aiomqtt client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "aiomqtt", CAPABILITIES)
         client = self
         tasks = self._tasks
 
@@ -162,6 +177,10 @@ class AiomqttClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` when a QoS 1 publish was acknowledged."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """Messages that matched no subscription; the stock library reports nothing else."""
+        return ClientStats(unrouted=self.unrouted)
 
     def pending_write_bytes(self) -> int:
         """Not observable through aiomqtt: always 0."""
@@ -229,7 +248,4 @@ class AiomqttClient:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if "Connection refused" in text or "[Errno 111]" in text:
-        return "connection refused"
-    return text
+    return str(exc) or type(exc).__name__

@@ -20,16 +20,22 @@ from typing import Any
 import nats
 from nats import errors as nats_errors
 
-from mqbench.errors import TransportError
-from mqbench.transports.alt._outbox import Outbox, probe_tcp
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.transports.alt._outbox import Outbox
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
+from mqbench.transports.stream import describe_oserror, probe_tcp
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+"""What the nats-py client can do."""
 
 
 class NatsPyClient:
@@ -56,7 +62,10 @@ class NatsPyClient:
     async def connect(self) -> None:
         """Connect with nats-py (no reconnects) within the connect timeout."""
         if self._started:
-            raise TransportError(f"nats-py client for {self._where} was already connected once")
+            raise TransportError(
+                f"nats-py client for {self._where} was already connected once",
+                TransportErrorKind.NOT_REUSABLE,
+            )
         self._started = True
         timeout = self._options.connect_timeout_s
         extra = self._options.extra
@@ -72,7 +81,10 @@ class NatsPyClient:
         }
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
-            raise TransportError(f"cannot connect to nats at {self._where}: {refused}")
+            raise TransportError(
+                f"cannot connect to nats at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         for ours, theirs in (("user", "user"), ("password", "password"), ("token", "token")):
             if extra.get(ours) is not None:
                 kwargs[theirs] = extra[ours]
@@ -83,11 +95,13 @@ class NatsPyClient:
                 )
         except TimeoutError:
             raise TransportError(
-                f"cannot connect to nats at {self._where}: no handshake within {timeout:g} s"
+                f"cannot connect to nats at {self._where}: no handshake within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except Exception as exc:
             raise TransportError(
-                f"cannot connect to nats at {self._where}: {self._describe(exc)}"
+                f"cannot connect to nats at {self._where}: {self._describe(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
@@ -96,10 +110,12 @@ class NatsPyClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe with a callback and confirm with a PING/PONG round trip."""
-        if qos > 0:
-            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "nats-py", CAPABILITIES)
         if not self._connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: nats client is not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: nats client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         time_ns = time.time_ns
 
         async def on_msg(msg: Any) -> None:
@@ -113,8 +129,7 @@ class NatsPyClient:
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` that queues a publish (never awaits)."""
-        if qos > 0:
-            raise TransportError(f"NATS core is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "nats-py", CAPABILITIES)
         client = self
 
         def send(payload: bytes, tag: int) -> bool:
@@ -128,6 +143,10 @@ class NatsPyClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; never called (core NATS has no acknowledgements)."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Payload bytes in the outbox plus nats-py's pending buffer."""
@@ -164,7 +183,7 @@ class NatsPyClient:
         if was_connected:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "requested": True},
+                {"endpoint": self._where, "reason": "closed by client", "expected": True},
             )
 
     # ------------------------------------------------------------------ internals
@@ -187,17 +206,16 @@ class NatsPyClient:
         if not self._connected or self._closing:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "requested": False})
+        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
 
     def _describe(self, exc: BaseException) -> str:
-        text = str(exc)
-        if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in text:
-            return "connection refused"
+        if isinstance(exc, OSError):
+            return describe_oserror(exc)
         if isinstance(exc, nats_errors.NoServersError):
             return self._last_error or "no servers available (connection refused?)"
-        if "Authorization Violation" in text:
+        if isinstance(exc, nats_errors.AuthorizationError):
             return "-ERR 'Authorization Violation'"
-        return text or type(exc).__name__
+        return str(exc) or type(exc).__name__
 
     def _emit(self, kind: str, details: dict[str, Any]) -> None:
         handler = self._options.on_event
@@ -210,10 +228,7 @@ class NatsPyTransport:
 
     name = "nats-py"
     protocol = "nats"
-    max_qos = 0
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=True
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> NatsPyClient:
         """Return a new, unconnected ``NatsPyClient``."""

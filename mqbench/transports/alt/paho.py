@@ -33,15 +33,21 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from mqbench.errors import TransportError
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
+from mqbench.transports.stream import describe_oserror
+
+CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
+"""What the paho client can do."""
 
 
 class PahoTransport:
@@ -49,10 +55,7 @@ class PahoTransport:
 
     name: str = "paho"
     protocol: str = "mqtt"
-    max_qos: int = 1
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=True, wildcard_filters=True
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> PahoClient:
         """Return a new, unconnected client."""
@@ -122,29 +125,32 @@ class PahoClient:
                 client.disconnect()
             await self._stop_loop()
             raise TransportError(
-                f"cannot connect to {self._where}: no CONNACK within {timeout:g} s"
+                f"cannot connect to {self._where}: no CONNACK within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
-        except ConnectionRefusedError:
-            raise TransportError(f"cannot connect to {self._where}: connection refused") from None
         except OSError as exc:
             await self._stop_loop()
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            raise TransportError(f"cannot connect to {self._where}: {reason.lower()}") from None
+            raise TransportError(
+                f"cannot connect to {self._where}: {describe_oserror(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
+            ) from None
         if code != 0:
             await self._stop_loop()
             raise TransportError(
                 f"{self._where} refused the connection of {self._options.client_id!r}: "
-                f"{text} (CONNACK reason code {code})"
+                f"{text} (CONNACK reason code {code})",
+                TransportErrorKind.CONNECT_FAILED,
             )
         self._emit("connected", {"client_id": self._options.client_id})
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe and return once paho reported a successful SUBACK."""
-        if qos not in (0, 1):
-            raise TransportError(f"paho client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "paho", CAPABILITIES)
         loop = self._loop
         if loop is None or not self.connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: not connected", TransportErrorKind.DISCONNECTED
+            )
         self._client.message_callback_add(topic, self._make_on_message(on_message))
         future: asyncio.Future[list[int]] = loop.create_future()
         rc, mid = self._client.subscribe(topic, qos)
@@ -161,13 +167,14 @@ class PahoClient:
             raise TransportError(f"subscribe to {topic!r}: no SUBACK from {self._where}") from None
         if not codes or codes[0] >= 0x80:
             self._client.message_callback_remove(topic)
-            raise TransportError(f"{self._where} refused the subscription to {topic!r}")
+            raise TransportError(
+                f"{self._where} refused the subscription to {topic!r}", TransportErrorKind.REJECTED
+            )
         self._emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": codes[0]})
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` calling ``paho.Client.publish``."""
-        if qos not in (0, 1):
-            raise TransportError(f"paho client supports QoS 0 and 1, not {qos}")
+        require_qos(qos, "paho", CAPABILITIES)
         client = self._client
         publish = client.publish
         pending = self._pending
@@ -194,6 +201,10 @@ class PahoClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` for every PUBACK of a QoS 1 publish."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Not observable through paho: always 0."""

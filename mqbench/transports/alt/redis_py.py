@@ -20,19 +20,25 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
-from mqbench.errors import TransportError
-from mqbench.transports.alt._outbox import Outbox, probe_tcp
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.transports.alt._outbox import Outbox
 from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
-    Endpoint,
+    ClientStats,
     MessageHandler,
     Sender,
     TransportCapabilities,
+    require_qos,
 )
+from mqbench.transports.stream import describe_oserror, probe_tcp
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
+
+CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+"""What the redis-py client can do."""
 
 
 class RedisPyClient:
@@ -59,12 +65,18 @@ class RedisPyClient:
     async def connect(self) -> None:
         """Create the client and ``PING`` the server within the connect timeout."""
         if self._redis is not None:
-            raise TransportError(f"redis-py client for {self._where} was already connected once")
+            raise TransportError(
+                f"redis-py client for {self._where} was already connected once",
+                TransportErrorKind.NOT_REUSABLE,
+            )
         timeout = self._options.connect_timeout_s
         extra = self._options.extra
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
-            raise TransportError(f"cannot connect to redis at {self._where}: {refused}")
+            raise TransportError(
+                f"cannot connect to redis at {self._where}: {refused}",
+                TransportErrorKind.CONNECT_FAILED,
+            )
         self._redis = aioredis.Redis(
             host=self._endpoint.host,
             port=self._endpoint.port,
@@ -80,12 +92,14 @@ class RedisPyClient:
         except TimeoutError:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: no handshake within {timeout:g} s"
+                f"cannot connect to redis at {self._where}: no handshake within {timeout:g} s",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         except redis_errors.RedisError as exc:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: {_describe(exc)}"
+                f"cannot connect to redis at {self._where}: {_describe(exc)}",
+                TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
@@ -94,10 +108,12 @@ class RedisPyClient:
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """``SUBSCRIBE`` on the Pub/Sub connection; return once the confirmation arrived."""
-        if qos > 0:
-            raise TransportError(f"Redis Pub/Sub is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "redis-py", CAPABILITIES)
         if not self._connected:
-            raise TransportError(f"cannot subscribe to {topic!r}: redis client is not connected")
+            raise TransportError(
+                f"cannot subscribe to {topic!r}: redis client is not connected",
+                TransportErrorKind.DISCONNECTED,
+            )
         channel = topic.encode("utf-8")
         first = self._pubsub is None
         if first:
@@ -121,8 +137,7 @@ class RedisPyClient:
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` that queues a ``PUBLISH`` (never awaits)."""
-        if qos > 0:
-            raise TransportError(f"Redis Pub/Sub is at-most-once; QoS {qos} not supported")
+        require_qos(qos, "redis-py", CAPABILITIES)
         client = self
 
         def send(payload: bytes, tag: int) -> bool:
@@ -136,6 +151,10 @@ class RedisPyClient:
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; never called (no acknowledgements)."""
         self._ack_handler = handler
+
+    def stats(self) -> ClientStats:
+        """No counters: the stock library refuses nothing and reports nothing to count."""
+        return ClientStats()
 
     def pending_write_bytes(self) -> int:
         """Payload bytes queued in the outbox."""
@@ -166,7 +185,7 @@ class RedisPyClient:
         if was_connected:
             self._emit(
                 "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "requested": True},
+                {"endpoint": self._where, "reason": "closed by client", "expected": True},
             )
 
     # ------------------------------------------------------------------ internals
@@ -201,7 +220,7 @@ class RedisPyClient:
         if not self._connected:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "requested": False})
+        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
 
     async def _dispose(self) -> None:
         with contextlib.suppress(Exception):
@@ -218,15 +237,13 @@ class RedisPyClient:
 
 
 def _describe(exc: BaseException) -> str:
-    """One phrase for a redis-py error, naming refused connections and auth failures."""
-    text = str(exc)
-    if "Connection refused" in text or "Connect call failed" in text:
-        return "connection refused"
-    if isinstance(exc, redis_errors.AuthenticationError) or "NOAUTH" in text:
+    """One phrase for a redis-py error, naming socket errors and auth failures by type."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        return describe_oserror(exc)
+    if isinstance(exc, redis_errors.AuthenticationError):
         return f"authentication failed ({text})"
-    if "WRONGPASS" in text or "invalid password" in text or "invalid username" in text:
-        return f"wrong username or password ({text})"
-    return text or type(exc).__name__
+    return text
 
 
 class RedisPyTransport:
@@ -234,10 +251,7 @@ class RedisPyTransport:
 
     name = "redis-py"
     protocol = "redis"
-    max_qos = 0
-    capabilities = TransportCapabilities(
-        max_qos=max_qos, persistent_sessions=False, wildcard_filters=False
-    )
+    capabilities = CAPABILITIES
 
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisPyClient:
         """Return a new, unconnected ``RedisPyClient``."""

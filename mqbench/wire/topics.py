@@ -1,10 +1,13 @@
-"""A topic trie: MQTT subscriptions (``+`` one level, ``#`` the rest) matched per level.
+"""MQTT topic names and filters, the lingua franca of scenarios: validity, matching,
+the topic trie, and translations to the other protocols' subject syntax.
 
-Each node holds the subscribers of the filter that ends there. Matching walks the topic's
-levels once, following the literal child, the ``+`` child and collecting ``#`` children on
-the way, so its cost depends on the topic's depth and the number of matching filters, not
-on the number of subscriptions. Topics that start with ``$`` are not matched by filters
-whose first level is a wildcard (MQTT 3.1.1 section 4.7.2).
+Scenarios and the engine speak MQTT syntax ("/" between levels, "+" one level, "#" the
+rest). :func:`topic_matches` is the one definition of a match; :class:`TopicTrie` is an
+index over many filters that gives the same answers (the unit tests check it against
+:func:`topic_matches`) at a cost that depends on the topic's depth, not on the number of
+subscriptions. Topics starting with ``$`` are not matched by filters whose first level is
+a wildcard (MQTT 3.1.1 section 4.7.2). Each transport translates to its protocol (NATS
+subjects, Redis patterns, Zenoh key expressions) with the helpers here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,73 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """True when ``topic`` matches ``topic_filter`` (``+`` one level, ``#`` the rest).
+
+    Topics starting with ``$`` are not matched by filters starting with a wildcard.
+    """
+    if topic_filter == topic:
+        return True
+    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+        return False
+    f_levels = topic_filter.split("/")
+    t_levels = topic.split("/")
+    for k, level in enumerate(f_levels):
+        if level == "#":
+            return True
+        if k >= len(t_levels):
+            return False
+        if level not in ("+", t_levels[k]):
+            return False
+    return len(f_levels) == len(t_levels)
+
+
+def is_filter(topic: str) -> bool:
+    """True when ``topic`` contains a wildcard level."""
+    return any(level in ("+", "#") for level in topic.split("/"))
+
+
+def to_nats_subject(topic: str) -> str:
+    """MQTT topic or filter -> NATS subject: ``a/+/c`` -> ``a.*.c``, ``a/#`` -> ``a.>``.
+
+    Dots inside a level would create extra NATS tokens, so they become underscores.
+    """
+    levels = []
+    for level in topic.split("/"):
+        if level == "+":
+            levels.append("*")
+        elif level == "#":
+            levels.append(">")
+        else:
+            levels.append(level.replace(".", "_") or "_")
+    return ".".join(levels)
+
+
+def to_redis_pattern(topic: str) -> str:
+    """MQTT filter -> Redis PSUBSCRIBE glob (approximate: ``+`` becomes ``*``, ``#`` too).
+
+    A Redis ``*`` also matches ``/``, so ``a/+`` would match ``a/b/c``; mqbench's
+    topologies never publish where that difference matters.
+    """
+    out = []
+    for level in topic.split("/"):
+        if level in ("+", "#"):
+            out.append("*")
+        else:
+            out.append(
+                level.replace("\\", "\\\\")
+                .replace("*", "\\*")
+                .replace("?", "\\?")
+                .replace("[", "\\[")
+            )
+    return "/".join(out)
+
+
+def to_zenoh_key(topic: str) -> str:
+    """MQTT topic or filter -> Zenoh key expression: ``+`` -> ``*``, ``#`` -> ``**``."""
+    return "/".join({"+": "*", "#": "**"}.get(level, level) for level in topic.split("/"))
 
 
 class _Node(Generic[K, V]):

@@ -1,0 +1,655 @@
+"""The socket half of every lean client: one connection, coalesced writes, bounded output.
+
+A protocol client (``mqtt``, ``nats``, ``redis``, ``amqp``) owns one ``StreamConnection``
+and keeps only framing and protocol state. The stream is the ``asyncio.Protocol`` of the
+connection and does, once for all of them:
+
+* **Setup.** ``connect`` resolves the host, tries its addresses in order, sets
+  ``TCP_NODELAY`` and the write-buffer limits, then runs the client's handshake; the whole
+  of it is bounded by the connect timeout. An ``ssl.SSLContext`` (and ``server_hostname``)
+  may be given: it is passed to ``loop.create_connection``.
+* **Writes.** ``send`` is the publish hot path: it refuses a message while the client is
+  not connected (False) or while the socket is back-pressured with more than
+  ``max_pending_bytes`` queued (False, counted in ``sends_refused``), else appends the frame
+  to one buffer written once at the end of the loop iteration (one syscall per burst);
+  frames of ``COALESCE_MAX`` bytes or more go out at once, and the buffer is written early
+  when it passes ``COALESCE_LIMIT``. ``write`` sends control frames now, after whatever is
+  queued, so protocol order holds. ``drain`` waits until the socket took everything.
+* **Keepalive.** ``start_keepalive`` calls the client's tick at a fixed interval while the
+  connection is up; the tick sends its protocol's ping and calls ``fail`` when the peer went
+  silent.
+* **Failure and loss.** ``fail`` drops the connection with a reason (and emits
+  ``protocol_error``); ``abort`` drops it quietly; ``close`` writes what is queued, an
+  optional goodbye frame, and waits (bounded) for the socket to go. When the connection is
+  lost the client's ``on_lost`` fails its waiting requests, and the stream emits one
+  ``disconnected`` event (``endpoint``, ``client_id``, ``reason``, ``expected`` and the
+  details the client adds). Socket errors are worded once, by :func:`describe_oserror`.
+
+``ClientOptions.extra`` keys read here: ``max_pending_bytes`` (set by the engine),
+``write_buffer_high_bytes`` (transport high-water mark; default 256 MiB, never above
+``max_pending_bytes``), ``coalesce_writes`` (default True; False writes every frame at once),
+``close_timeout_s`` (how long ``close`` waits for the socket to go; default 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl as ssl_module
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, TypeVar, cast
+
+from mqbench.endpoint import Endpoint
+from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.transports.base import ClientOptions, Sender, max_pending_bytes
+
+T = TypeVar("T")
+
+COALESCE_MAX: Final = 64 * 1024
+"""Frames this large are written at once instead of being copied into the batch."""
+
+COALESCE_LIMIT: Final = 256 * 1024
+"""The batch is written early once it holds this many bytes."""
+
+DEFAULT_WRITE_BUFFER_HIGH: Final = 256 * 1024 * 1024
+"""Default high-water mark of the transport's write buffer (bytes)."""
+
+CLOSE_TIMEOUT_S: Final = 5.0
+"""Default time ``close`` waits for the socket to go before aborting it."""
+
+DRAIN_RECHECK_S: Final = 0.05
+"""How often ``drain`` re-checks a buffer whose transport never paused."""
+
+DataHandler = Callable[[bytes], None]
+"""``(data)``: one read from the socket, for the client's parser."""
+
+LostHandler = Callable[[TransportError], dict[str, Any]]
+"""``(failure)``: the connection is gone; fail waiting requests with ``failure`` and return
+details to add to the ``disconnected`` event."""
+
+
+def describe_oserror(exc: OSError) -> str:
+    """One short phrase for a socket error ("connection refused", "cannot resolve host ...")."""
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host ({exc.strerror or exc})"
+    # asyncio rewords strerror ("Connect call failed (...)"); the errno keeps the cause.
+    text = os.strerror(exc.errno) if exc.errno else exc.strerror
+    if text:
+        return text[0].lower() + text[1:]
+    return str(exc) or type(exc).__name__
+
+
+async def open_socket(host: str, port: int) -> socket.socket:
+    """A connected, non-blocking TCP socket to the first address of ``host`` that accepts.
+
+    Raises the ``OSError`` of the first address when every address failed (the caller
+    bounds the time).
+    """
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    first: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            first = first or exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise first or OSError(f"no address for {host}")
+
+
+async def probe_tcp(host: str, port: int, timeout_s: float) -> str | None:
+    """Open and close a TCP connection; None when it worked, else a short reason.
+
+    Clients whose library retries a refused connection until its timeout (zenoh and the
+    stock clients) probe first, so a closed port fails at once with "connection refused",
+    as the lean clients do.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            sock = await open_socket(host, port)
+    except TimeoutError:
+        return f"no TCP connection within {timeout_s:g} s"
+    except OSError as exc:
+        return describe_oserror(exc)
+    sock.close()
+    return None
+
+
+class StreamConnection(asyncio.Protocol):
+    """One client connection's socket: setup, coalesced bounded writes, keepalive, loss."""
+
+    __slots__ = (
+        "_call_soon",
+        "_close_timeout_s",
+        "_closing",
+        "_connected",
+        "_direct_min",
+        "_drain_waiter",
+        "_flush_scheduled",
+        "_high",
+        "_keepalive",
+        "_lost",
+        "_on_data",
+        "_on_event",
+        "_on_lost",
+        "_open",
+        "_opened",
+        "_options",
+        "_out",
+        "_paused",
+        "_reusable",
+        "_session",
+        "_settle_waiter",
+        "_transport",
+        "last_error",
+        "loss_reason",
+        "max_pending",
+        "peer_closed_reason",
+        "sends_refused",
+        "sent",
+        "stage",
+        "where",
+    )
+
+    def __init__(
+        self,
+        where: str,
+        options: ClientOptions,
+        on_data: DataHandler,
+        on_lost: LostHandler,
+        *,
+        reusable: bool = True,
+    ) -> None:
+        """``where`` names the peer in messages ("nats at 127.0.0.1:4222"); ``reusable``
+        False makes the client single-use (a second ``connect`` raises NOT_REUSABLE)."""
+        self.where = where
+        self._options = options
+        self._on_data = on_data
+        self._on_lost = on_lost
+        self._on_event = options.on_event
+        self._reusable = reusable
+        extra = options.extra
+        self.max_pending = max_pending_bytes(options)
+        """Bytes that may wait for the socket before ``send`` refuses messages."""
+        # Pausing at the output bound is what lets a full buffer refuse sends (``send``).
+        self._high = min(
+            int(extra.get("write_buffer_high_bytes", DEFAULT_WRITE_BUFFER_HIGH)),
+            self.max_pending,
+        )
+        # Frames at least this long bypass the batch (all of them without coalescing).
+        self._direct_min = COALESCE_MAX if extra.get("coalesce_writes", True) else 0
+        self._close_timeout_s = float(extra.get("close_timeout_s", CLOSE_TIMEOUT_S))
+        self._transport: asyncio.Transport | None = None
+        self._call_soon: Callable[..., object] | None = None
+        self._out = bytearray()
+        self._flush_scheduled = False
+        self._paused = False
+        self._opened = False
+        self._closing = False
+        self._session = False
+        self._lost: asyncio.Future[None] | None = None
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._settle_waiter: asyncio.Future[None] | None = None
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._connected = False
+        self._open = False
+        """Connected and not back-pressured: ``send`` takes its fastest path."""
+        self.stage = ""
+        """What the handshake waits for, named in a connect timeout ("no CONNACK")."""
+        self.loss_reason: str | None = None
+        """Why the connection went (or is going) down, once known."""
+        self.last_error: str | None = None
+        """The peer's last error reply, appended to the reason of an unexplained loss."""
+        self.peer_closed_reason = "connection closed by the server"
+        """The reason given when the peer closes the connection without saying why."""
+        self.sends_refused = 0
+        """Sends refused because more than ``max_pending_bytes`` waited for the socket."""
+        self.sent = 0
+        """Frames ``send`` accepted (messages handed to the connection)."""
+
+    # ------------------------------------------------------------------ setup
+
+    async def connect(
+        self,
+        endpoint: Endpoint,
+        handshake: Callable[[], Coroutine[Any, Any, T]],
+        *,
+        ssl: ssl_module.SSLContext | None = None,
+        server_hostname: str | None = None,
+    ) -> T:
+        """Open the connection and run ``handshake``, all within the connect timeout; return
+        the handshake's result.
+
+        Any failure aborts the socket and raises one ``TransportError`` (kind
+        CONNECT_FAILED) worded "cannot connect to <where>: <why>"; a connection lost during
+        the handshake ends it at once. ``ssl`` (with ``server_hostname``, by default the
+        endpoint's host) makes it a TLS connection. Cancellation aborts and propagates.
+        """
+        if (self._opened and not self._reusable) or self._transport is not None:
+            once = "" if self._reusable else " once"
+            raise TransportError(
+                f"the client for {self.where} was already connected{once}; create a new one",
+                TransportErrorKind.NOT_REUSABLE,
+            )
+        self._opened = True
+        self._reset()
+        loop = asyncio.get_running_loop()
+        self._lost = lost = loop.create_future()
+        timeout_s = self._options.connect_timeout_s
+        self.stage = "no TCP connection"
+        try:
+            async with asyncio.timeout(timeout_s):
+                sock = await open_socket(endpoint.host, endpoint.port)
+                try:
+                    await loop.create_connection(
+                        lambda: self,
+                        sock=sock,
+                        ssl=ssl,
+                        server_hostname=(server_hostname or endpoint.host) if ssl else None,
+                    )
+                except BaseException:
+                    sock.close()
+                    raise
+                self.stage = "no handshake"
+                return await self._until_lost(loop.create_task(handshake()), lost)
+        except TimeoutError:
+            self.abort()
+            raise self._connect_error(f"{self.stage} within {timeout_s:g} s") from None
+        except TransportError as exc:
+            self.abort()
+            raise self._connect_error(str(exc)) from None
+        except OSError as exc:
+            self.abort()
+            raise self._connect_error(describe_oserror(exc)) from None
+        except BaseException:
+            self.abort()
+            raise
+
+    async def _until_lost(self, task: asyncio.Task[T], lost: asyncio.Future[None]) -> T:
+        """``task``'s result, unless the connection goes first (then the loss is raised)."""
+        try:
+            await asyncio.wait((task, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if task.done() and not task.cancelled():
+            return task.result()
+        raise TransportError(
+            f"{self.loss_reason or self.peer_closed_reason} during the handshake",
+            TransportErrorKind.DISCONNECTED,
+        )
+
+    def established(self, keepalive_s: float = 0.0, tick: Callable[[], None] | None = None) -> None:
+        """The handshake is done: sends are accepted and a loss is reported as an event;
+        ``tick`` (the protocol's keepalive) runs every ``keepalive_s`` from now on."""
+        self._connected = True
+        self._open = not self._paused
+        self._session = True
+        if tick is not None:
+            self.start_keepalive(keepalive_s, tick)
+
+    @property
+    def connected(self) -> bool:
+        """True while the protocol session is up (from ``established`` until the connection
+        is lost, closed or dropped): ``send`` refuses messages otherwise."""
+        return self._connected
+
+    def _down(self) -> None:
+        self._connected = False
+        self._open = False
+
+    def require_connected(self, action: str) -> None:
+        """Raise ``TransportError`` (DISCONNECTED) "cannot <action>: <where> is not connected"
+        unless the session is up."""
+        if not self._connected:
+            raise TransportError(
+                f"cannot {action}: {self.where} is not connected", TransportErrorKind.DISCONNECTED
+            )
+
+    def _connect_error(self, why: str) -> TransportError:
+        return TransportError(
+            f"cannot connect to {self.where}: {why}", TransportErrorKind.CONNECT_FAILED
+        )
+
+    def _reset(self) -> None:
+        self._out = bytearray()
+        self._flush_scheduled = False
+        self._paused = False
+        self._closing = False
+        self._session = False
+        self._down()
+        self.loss_reason = None
+        self.last_error = None
+
+    # ------------------------------------------------------------------ writing
+
+    def send(self, head: bytes, body: bytes = b"", tail: bytes = b"") -> bool:
+        """Queue one message frame, ``head + body + tail``, for the end of this loop
+        iteration (the hot path; the parts spare the caller a concatenation).
+
+        False when the client is not connected, or when the socket is back-pressured and
+        ``max_pending_bytes`` are queued (counted in ``sends_refused``): a refused message
+        is never queued. A ``body`` of ``COALESCE_MAX`` bytes or more is written at once.
+        """
+        if not self._open:
+            if not self._connected:
+                return False
+            if self.pending_bytes() >= self.max_pending:
+                self.sends_refused += 1
+                return False
+        self.sent += 1
+        if len(body) >= self._direct_min:
+            self.write(head + body + tail)
+            return True
+        out = self._out
+        out += head
+        out += body
+        if tail:
+            out += tail
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            assert self._call_soon is not None
+            self._call_soon(self.flush_out)
+        elif len(out) > COALESCE_LIMIT:
+            self.flush_out()
+        return True
+
+    def frame_sender(self, head_for: Callable[[int], bytes], tail: bytes = b"") -> Sender:
+        """A ``base.Sender`` for frames ``head_for(len(payload)) + payload + tail``.
+
+        The head is cached for the last payload size, so a steady stream of one size costs
+        one length check and one ``send`` per message. ``head_for`` may raise
+        ``TransportError`` for a size the protocol cannot carry.
+        """
+        send = self.send
+        last_size = -1
+        head = b""
+
+        def send_frame(payload: bytes, tag: int) -> bool:
+            nonlocal last_size, head
+            if len(payload) != last_size:
+                head = head_for(len(payload))
+                last_size = len(payload)
+            return send(head, payload, tail)
+
+        return send_frame
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` now, after anything queued (control frames, acks, handshakes)."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._out:
+            self.flush_out()
+        transport.write(data)
+
+    def flush_out(self) -> None:
+        """Hand the queued frames to the transport (one write)."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        # The written buffer is never touched again, so the transport may keep it uncopied.
+        self._out = bytearray()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(out)
+
+    @property
+    def backpressured(self) -> bool:
+        """True while the socket is back-pressured and ``max_pending`` bytes are queued:
+        ``send`` refuses messages (a client that queues messages itself checks this)."""
+        return self._paused and self.pending_bytes() >= self.max_pending
+
+    def pending_bytes(self) -> int:
+        """Bytes queued here and in the transport's write buffer."""
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return len(self._out) + buffered
+
+    async def drain(self) -> None:
+        """Return once the socket took everything queued (the caller bounds the time).
+
+        With a zero high-water mark the transport pauses the protocol at once and resumes
+        it when its buffer is empty; the buffer is also re-checked every 50 ms for a
+        transport that never paused. The high-water mark is restored afterwards.
+        """
+        self.flush_out()
+        transport = self._transport
+        if transport is None or transport.is_closing() or not transport.get_write_buffer_size():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiter = waiter
+        try:
+            transport.set_write_buffer_limits(high=0, low=0)
+            while not waiter.done() and transport.get_write_buffer_size() > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(waiter), DRAIN_RECHECK_S)
+        finally:
+            self._drain_waiter = None
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=self._high)
+
+    async def flush(
+        self,
+        timeout_s: float,
+        *,
+        confirm: Callable[[], Awaitable[object]] | None = None,
+        unsettled: Callable[[], bool] | None = None,
+    ) -> None:
+        """Wait, at most ``timeout_s``, until the socket took everything queued, then for
+        ``confirm`` (a round trip the peer answers after processing what came before), then
+        while ``unsettled()`` holds for ``settled`` (the client's acks). Returns quietly on
+        timeout or when the connection is (or gets) lost; never raises."""
+        if not self._connected:
+            return
+        with contextlib.suppress(TimeoutError, TransportError):
+            async with asyncio.timeout(timeout_s):
+                await self.drain()
+                if confirm is not None and self.writable:
+                    await confirm()
+                if unsettled is not None and unsettled() and self.writable:
+                    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    self._settle_waiter = waiter
+                    try:
+                        await waiter
+                    finally:
+                        self._settle_waiter = None
+
+    def settled(self) -> None:
+        """Everything the client waited acknowledgements for is acknowledged: wake
+        ``flush``."""
+        waiter = self._settle_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------------ keepalive, events
+
+    def start_keepalive(self, interval_s: float, tick: Callable[[], None]) -> None:
+        """Call ``tick`` every ``interval_s`` while connected (0 or less: never)."""
+        if interval_s <= 0 or self._call_soon is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            self._keepalive = None
+            if not self._connected:
+                return
+            tick()
+            if self._connected:
+                self._keepalive = loop.call_later(interval_s, run)
+
+        self._cancel_keepalive()
+        self._keepalive = loop.call_later(interval_s, run)
+
+    def _cancel_keepalive(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+
+    def emit(self, kind: str, details: dict[str, Any]) -> None:
+        """Report a connection event to ``ClientOptions.on_event``."""
+        handler = self._on_event
+        if handler is not None:
+            handler(kind, details)
+
+    # ------------------------------------------------------------------ ending
+
+    def fail(self, reason: str) -> None:
+        """Drop the connection because of ``reason`` (the disconnect reason; emitted as
+        ``protocol_error``)."""
+        if self.loss_reason is None:
+            self.loss_reason = reason
+        self.emit(
+            "protocol_error",
+            {"endpoint": self.where, "client_id": self._options.client_id, "reason": reason},
+        )
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the connection at once (queued bytes are lost)."""
+        self._end(abort=True)
+
+    def shutdown(self) -> None:
+        """Close the socket after the bytes already written (the peer said goodbye)."""
+        self._end(abort=False)
+
+    def _end(self, *, abort: bool) -> None:
+        self._down()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            if abort:
+                transport.abort()
+            else:
+                transport.close()
+
+    async def close(
+        self, goodbye: bytes = b"", farewell: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
+        """Close by request; never raises.
+
+        When connected: write what is queued and ``goodbye``, then run ``farewell`` (the
+        protocol's closing handshake, e.g. AMQP's Close/Close-Ok), bounded by
+        ``close_timeout_s``. Then close the socket and wait for it to go (at most
+        ``close_timeout_s``, then abort). A loss from here on is reported as expected.
+        """
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        self._closing = True
+        self._cancel_keepalive()
+        try:
+            was_connected = self._connected
+            self._down()
+            if self.loss_reason is None:
+                self.loss_reason = "closed by client"
+            if was_connected:
+                self.flush_out()
+                if goodbye:
+                    transport.write(goodbye)
+                if farewell is not None:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(self._close_timeout_s):
+                            await farewell()
+            transport.close()
+            lost = self._lost
+            if lost is not None and not lost.done():
+                try:
+                    async with asyncio.timeout(self._close_timeout_s):
+                        await asyncio.shield(lost)
+                except TimeoutError:
+                    transport.abort()
+        except Exception:  # close() must never raise: the connection is going away anyway
+            with contextlib.suppress(Exception):
+                transport.abort()
+
+    @property
+    def writable(self) -> bool:
+        """True while there is a socket to write to (also during the handshake)."""
+        transport = self._transport
+        return transport is not None and not transport.is_closing()
+
+    @property
+    def closing(self) -> bool:
+        """True once ``close`` was called (until the next ``connect``)."""
+        return self._closing
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Set TCP_NODELAY and the write-buffer limits."""
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self._transport = transport = cast(asyncio.Transport, transport)
+        self._call_soon = asyncio.get_running_loop().call_soon
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=self._high)
+
+    def data_received(self, data: bytes) -> None:
+        """Hand a read to the client's parser."""
+        self._on_data(data)
+
+    def eof_received(self) -> bool | None:
+        """The peer closed its side: let the transport close."""
+        return None
+
+    def pause_writing(self) -> None:
+        """The write buffer passed its high-water mark: sends are bounded from now on."""
+        self._paused = True
+        self._open = False
+        if self._drain_waiter is None:
+            self.emit("write_paused", {"endpoint": self.where, "buffered": self.pending_bytes()})
+
+    def resume_writing(self) -> None:
+        """The write buffer drained below its low-water mark."""
+        self._paused = False
+        self._open = self._connected
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail the client's waiting requests and report the disconnection once."""
+        self._down()
+        self._transport = None
+        self._out = bytearray()
+        self._cancel_keepalive()
+        reason = self.loss_reason
+        if reason is None:
+            if isinstance(exc, OSError):
+                reason = describe_oserror(exc)
+            elif exc is not None:
+                reason = str(exc) or type(exc).__name__
+            else:
+                reason = self.peer_closed_reason
+            if self.last_error is not None:
+                reason += f" (last error: {self.last_error})"
+            self.loss_reason = reason
+        details = self._on_lost(TransportError(reason, TransportErrorKind.DISCONNECTED))
+        for waiter in (self._drain_waiter, self._settle_waiter, self._lost):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        if self._session:
+            self.emit(
+                "disconnected",
+                {
+                    "endpoint": self.where,
+                    "client_id": self._options.client_id,
+                    "reason": reason,
+                    "expected": self._closing,
+                    **details,
+                },
+            )
