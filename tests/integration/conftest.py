@@ -98,7 +98,7 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeBr
             broker.stop()
 
 
-# --- RabbitMQ and ActiveMQ (issue 3): one broker per test module ---------------------------
+# --- RabbitMQ and ActiveMQ: one broker per test module ---------------------------
 # RabbitMQ boots in ~5-20 s, so a module shares one node; its tests must not depend on each
 # other's state (every client uses its own routing keys / topics and exclusive queues).
 
