@@ -426,6 +426,8 @@ class Connection(asyncio.Protocol):
         assert session is not None
         props = packet.properties
         topic = packet.topic
+        if props and PROP_SUBSCRIPTION_ID in props:
+            raise MqttProtocolError("PUBLISH from a client with a subscription identifier")
         if props and PROP_TOPIC_ALIAS in props:
             topic = self._resolve_alias(topic, props[PROP_TOPIC_ALIAS])
             props = {k: v for k, v in props.items() if k != PROP_TOPIC_ALIAS}
