@@ -245,18 +245,18 @@ class Session:
                 self.submit_app(Read(self.client_id, self._read))
 
     def take_shared(self) -> list[Outgoing]:
-        """MEMORY: the shared-subscription deliveries this connection has not acknowledged.
+        """MEMORY: the shared-subscription QoS 1 deliveries not acknowledged yet.
 
         A memory session loses them with its connection, so the broker gives them to
         another member of their group; a persistent session keeps them in its store.
-        QoS 2 deliveries past PUBREC are the client's already and are not returned.
+        Only QoS 1: a QoS 2 message must never go to another member (MQTT 5.0, 4.8.2).
         """
         if self.mode != MEMORY:
             return []
         return [
             out
             for out in (*self.inflight.values(), *self.pending)
-            if out.share is not None and out.state == PUB and out.message is not None
+            if out.share is not None and out.qos == 1 and out.message is not None
         ]
 
     def detach(self) -> None:

@@ -398,3 +398,20 @@ def test_unacknowledged_qos1_messages_of_a_vanished_member_go_to_another_member(
         assert not broker.shared["$share/g/q"].members.get(broker.sessions.get("a"))  # type: ignore[arg-type]
 
     with_broker(body)
+
+
+def test_unacknowledged_qos2_messages_of_a_vanished_member_go_to_nobody_else() -> None:
+    async def body(broker: Broker) -> None:
+        a, _ = await connect(broker, "a")
+        b, _ = await connect(broker, "b")
+        await subscribe(a, "$share/g/q2", 2)
+        await subscribe(b, "$share/g/q2", 2)
+        pub, _ = await connect(broker, "pub")
+        for k in range(2):
+            pub.send(Publish("q2", b"%d" % k, 2, k + 1, properties={}))
+        assert [p.payload for p in await a.publishes()] == [b"0"]
+        assert [p.payload for p in await b.publishes()] == [b"1"]
+        a.vanish()
+        assert await b.publishes() == []
+
+    with_broker(body)
