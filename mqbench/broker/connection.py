@@ -59,8 +59,10 @@ from mqbench.wire.mqtt.properties import (
     PROP_TOPIC_ALIAS_MAXIMUM,
     PROP_WILDCARD_SUB_AVAILABLE,
     PROP_WILL_DELAY,
+    SERVER_DISCONNECT_PROPERTIES,
     Properties,
     encode_properties,
+    filter_properties,
 )
 from mqbench.wire.mqtt.reason_codes import (
     CONNACK_BAD_PROTOCOL,
@@ -299,7 +301,9 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         if self.v5 and self.session is not None:
-            props: Properties | None = {PROP_REASON_STRING: text[:200]} if text else None
+            props = filter_properties(
+                {PROP_REASON_STRING: text[:200]} if text else None, SERVER_DISCONNECT_PROPERTIES
+            )
             self.write(Disconnect(reason_code, props).encode())
         self.broker.flush_conn(self)
         transport = self.transport

@@ -342,8 +342,7 @@ class Broker:
             group = self.shared.get(topic_filter)
             if group is None:
                 parsed = parse_shared(topic_filter)
-                if parsed is None:
-                    raise ValueError(f"malformed shared subscription {topic_filter!r}")
+                assert parsed is not None, "the connection validates shared filters"
                 group = self.shared[topic_filter] = SharedGroup(*parsed)
                 self.shared_trie.subscribe(group.filter, topic_filter, group)
             group.join(session, sub)
