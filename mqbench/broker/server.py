@@ -44,8 +44,9 @@ from mqbench.wire.topics import TopicTrie, topic_matches, valid_topic
 log = logging.getLogger("mqbench.broker")
 
 _CACHE_MAX: Final = 100_000
-Target = tuple[Session, int, bool, bool, tuple[int, ...]]
-"""(session, granted QoS, no local, retain as published, subscription ids)."""
+Target = tuple[Session, int, bool, bool, tuple[int, ...], SharedGroup | None]
+"""(session, granted QoS, no local, retain as published, subscription ids, the shared
+subscription group that chose the session for this message or None)."""
 
 
 class Broker:
@@ -385,7 +386,7 @@ class Broker:
                 continue
             if topic_matches(topic_filter, topic):
                 qos = min(message.qos, sub.qos)
-                self._deliver(session, message, qos, True, sub_ids, None)
+                self._deliver(session, message, qos, True, sub_ids, None, None)
 
     # ------------------------------------------------------------------ routing
 
@@ -407,7 +408,7 @@ class Broker:
                 if sub.sub_id:
                     entry[3].append(sub.sub_id)
         targets: list[Target] = [
-            (session, e[0], e[1], e[2], tuple(e[3])) for session, e in merged.items()
+            (session, e[0], e[1], e[2], tuple(e[3]), None) for session, e in merged.items()
         ]
         if len(self._routes) >= _CACHE_MAX:
             self._routes.clear()
@@ -453,6 +454,9 @@ class Broker:
                 targets = self._targets(topic_raw, topic)
             if self.shared and groups is None:
                 groups = self._shared_targets(topic_raw, topic)
+        if groups:
+            # One member per group for this message, routed like any other subscriber.
+            targets = targets + self._pick_members(groups)
         message: Message | None = None
         if retain or properties:
             assert topic is not None
@@ -474,7 +478,7 @@ class Broker:
             source.acks.append(ack)
         frame0: bytes | None = None
         sender = source.session if source is not None else None
-        for session, sub_qos, no_local, rap, sub_ids in targets:
+        for session, sub_qos, no_local, rap, sub_ids, share in targets:
             if no_local and session is sender:
                 continue
             eff = qos if qos < sub_qos else sub_qos
@@ -502,14 +506,7 @@ class Broker:
                 message = Message.create(
                     topic or topic_raw.decode("utf-8"), bytes(payload), qos, retain, None
                 )
-            self._deliver(session, message, eff, rap and retain, sub_ids, ack)
-        if groups:
-            if message is None:
-                message = Message.create(
-                    topic or topic_raw.decode("utf-8"), bytes(payload), qos, retain, None
-                )
-            for group in groups:
-                self._deliver_shared(group, message, ack, None)
+            self._deliver(session, message, eff, rap and retain, sub_ids, ack, share)
         if ack is not None:
             ack.release()
 
@@ -520,26 +517,17 @@ class Broker:
         self._shared_routes[topic_raw] = groups
         return groups
 
-    def _deliver_shared(
-        self,
-        group: SharedGroup,
-        message: Message,
-        ack: PendingAck | None,
-        exclude: Session | None,
-    ) -> None:
-        """Give ``message`` to one member of ``group`` (none: dropped for this group)."""
-        chosen = group.pick(exclude)
-        if chosen is None:
-            return
-        session, sub = chosen
-        qos = min(message.qos, sub.qos)
-        sub_ids = (sub.sub_id,) if sub.sub_id else ()
-        retain = sub.retain_as_published and message.retain
-        if qos == 0:
-            self._deliver(session, message, 0, retain, sub_ids, None)
-            self.delivered_qos0 += 1
-        else:
-            session.offer(message, qos, retain, sub_ids, ack, group)
+    @staticmethod
+    def _pick_members(groups: list[SharedGroup]) -> list[Target]:
+        """The member of each group that gets the next message (groups without one skip)."""
+        picks: list[Target] = []
+        for group in groups:
+            chosen = group.pick()
+            if chosen is not None:
+                session, sub = chosen
+                sub_ids = (sub.sub_id,) if sub.sub_id else ()
+                picks.append((session, sub.qos, False, sub.retain_as_published, sub_ids, group))
+        return picks
 
     def _requeue_shared(self, session: Session) -> None:
         """``session``'s connection is going: its unacknowledged shared-subscription
@@ -550,8 +538,16 @@ class Broker:
             message = out.message
             if not isinstance(group, SharedGroup) or message is None or message.expired(now_ms):
                 continue
-            if self.shared.get(group.key) is group:
-                self._deliver_shared(group, message, None, session)
+            if self.shared.get(group.key) is not group:
+                continue
+            chosen = group.pick(exclude=session)
+            if chosen is None:
+                continue
+            member, sub = chosen
+            qos = min(message.qos, sub.qos)
+            retain = sub.retain_as_published and message.retain
+            sub_ids = (sub.sub_id,) if sub.sub_id else ()
+            self._deliver(member, message, qos, retain, sub_ids, None, group)
 
     @staticmethod
     def _bad_topic(source: Connection | None, why: str) -> Exception:
@@ -582,6 +578,7 @@ class Broker:
         retain: bool,
         sub_ids: tuple[int, ...],
         ack: PendingAck | None,
+        share: SharedGroup | None,
     ) -> None:
         if qos == 0:
             conn = session.conn
@@ -589,7 +586,7 @@ class Broker:
                 assert isinstance(conn, Connection)
                 self._qos0_object(conn, message, retain, sub_ids)
             return
-        session.offer(message, qos, retain, sub_ids, ack)
+        session.offer(message, qos, retain, sub_ids, ack, share)
 
     # ------------------------------------------------------------------ facts
 
