@@ -7,8 +7,9 @@ or Redis Streams). It shares its MQTT codec and topic matching with the client t
 (``mqbench.wire.mqtt``, ``mqbench.wire.topics``).
 
 Modules: ``config`` (settings, client types), ``message`` (stored form), ``session``
-(delivery window and persistence hand-off), ``connection`` (one client), ``server`` (the
-broker), ``persistence`` (backends), ``run`` (serve until a signal).
+(delivery window and persistence hand-off), ``shared`` (MQTT 5 shared subscription
+groups), ``connection`` (one client), ``server`` (the broker), ``persistence`` (backends),
+``run`` (serve until a signal).
 """
 
 from __future__ import annotations

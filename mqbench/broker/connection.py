@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, cast
 from mqbench.broker.config import BrokerConfig, ClientType
 from mqbench.broker.message import Message
 from mqbench.broker.session import Outgoing, PendingAck, Session, Subscription
+from mqbench.broker.shared import is_shared, parse_shared
 from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
 from mqbench.wire.mqtt.packets import (
     Auth,
@@ -58,8 +59,10 @@ from mqbench.wire.mqtt.properties import (
     PROP_TOPIC_ALIAS_MAXIMUM,
     PROP_WILDCARD_SUB_AVAILABLE,
     PROP_WILL_DELAY,
+    SERVER_DISCONNECT_PROPERTIES,
     Properties,
     encode_properties,
+    filter_properties,
 )
 from mqbench.wire.mqtt.reason_codes import (
     CONNACK_BAD_PROTOCOL,
@@ -74,7 +77,6 @@ from mqbench.wire.mqtt.reason_codes import (
     RC_NOT_AUTHORIZED,
     RC_PROTOCOL_ERROR,
     RC_RECEIVE_MAX_EXCEEDED,
-    RC_SHARED_NOT_SUPPORTED,
     RC_TOPIC_ALIAS_INVALID,
     RC_TOPIC_FILTER_INVALID,
     SUBACK_FAILURE,
@@ -84,6 +86,9 @@ from mqbench.wire.topics import valid_filter
 log = logging.getLogger("mqbench.broker")
 
 CONNECT_TIMEOUT_S: Final = 10.0
+TOPIC_ALIAS_MAXIMUM: Final = 1024
+"""Topic aliases an MQTT 5 client may set per connection (announced in CONNACK). The
+broker never sends aliases itself, whatever the client's own topic alias maximum."""
 PINGRESP_FRAME: Final = b"\xd0\x00"
 _NEVER: Final = 0xFFFFFFFF
 
@@ -186,6 +191,8 @@ class Connection(asyncio.Protocol):
         self.last_rx = time.monotonic()
         self.client_max_packet = 0
         """The client's MQTT 5 maximum packet size (0: no limit)."""
+        self.topic_aliases: dict[int, str] = {}
+        """Topic aliases this connection's client has set (alias -> topic name)."""
         self.graceful = False
         self.closed = False
         self.acks: deque[PendingAck] = deque()
@@ -294,7 +301,9 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         if self.v5 and self.session is not None:
-            props: Properties | None = {PROP_REASON_STRING: text[:200]} if text else None
+            props = filter_properties(
+                {PROP_REASON_STRING: text[:200]} if text else None, SERVER_DISCONNECT_PROPERTIES
+            )
             self.write(Disconnect(reason_code, props).encode())
         self.broker.flush_conn(self)
         transport = self.transport
@@ -420,10 +429,14 @@ class Connection(asyncio.Protocol):
         session = self.session
         assert session is not None
         props = packet.properties
+        topic = packet.topic
+        if props and PROP_SUBSCRIPTION_ID in props:
+            raise MqttProtocolError("PUBLISH from a client with a subscription identifier")
         if props and PROP_TOPIC_ALIAS in props:
-            raise MqttProtocolError(
-                "topic alias used (topic alias maximum is 0)", RC_TOPIC_ALIAS_INVALID
-            )
+            topic = self._resolve_alias(topic, props[PROP_TOPIC_ALIAS])
+            props = {k: v for k, v in props.items() if k != PROP_TOPIC_ALIAS}
+        elif not topic:
+            raise MqttProtocolError("PUBLISH with an empty topic name and no topic alias")
         pid = packet.packet_id
         if packet.qos == 2 and pid in session.qos2_in:
             self._ack_frame(bytes((0x50, 2, pid >> 8, pid & 0xFF)))
@@ -435,14 +448,28 @@ class Connection(asyncio.Protocol):
             raise MqttProtocolError("receive maximum exceeded", RC_RECEIVE_MAX_EXCEEDED)
         self.broker.publish(
             self,
-            packet.topic.encode("utf-8"),
-            packet.topic,
+            topic.encode("utf-8"),
+            topic,
             packet.payload,
             packet.qos,
             pid,
             packet.retain,
             props or None,
         )
+
+    def _resolve_alias(self, topic: str, alias: object) -> str:
+        """The topic of a PUBLISH with a topic alias; a topic name (re)sets the alias."""
+        if not isinstance(alias, int) or not 0 < alias <= TOPIC_ALIAS_MAXIMUM:
+            raise MqttProtocolError(
+                f"topic alias {alias} outside 1..{TOPIC_ALIAS_MAXIMUM}", RC_TOPIC_ALIAS_INVALID
+            )
+        if topic:
+            self.topic_aliases[alias] = topic
+            return topic
+        known = self.topic_aliases.get(alias)
+        if known is None:
+            raise MqttProtocolError(f"topic alias {alias} was never set on this connection")
+        return known
 
     def _connect(self, packet: Connect) -> None:
         broker = self.broker
@@ -521,11 +548,11 @@ class Connection(asyncio.Protocol):
             cprops: dict[int, Any] = {
                 PROP_RECEIVE_MAXIMUM: config.receive_maximum,
                 PROP_MAXIMUM_PACKET_SIZE: config.max_packet_size,
-                PROP_TOPIC_ALIAS_MAXIMUM: 0,
+                PROP_TOPIC_ALIAS_MAXIMUM: TOPIC_ALIAS_MAXIMUM,
                 PROP_RETAIN_AVAILABLE: 1,
                 PROP_WILDCARD_SUB_AVAILABLE: 1,
                 PROP_SUB_ID_AVAILABLE: 1,
-                PROP_SHARED_SUB_AVAILABLE: 0,
+                PROP_SHARED_SUB_AVAILABLE: 1,
             }
             if assigned:
                 cprops[PROP_ASSIGNED_CLIENT_ID] = client_id
@@ -567,10 +594,11 @@ class Connection(asyncio.Protocol):
         codes: list[int] = []
         granted: list[tuple[str, Subscription, bool]] = []
         for topic_filter, options in packet.topics:
-            if topic_filter.startswith("$share/"):
-                codes.append(RC_SHARED_NOT_SUPPORTED if self.v5 else SUBACK_FAILURE)
-                continue
-            if not valid_filter(topic_filter):
+            shared = is_shared(topic_filter)
+            if shared and self.v5 and options & 4:
+                raise MqttProtocolError(f"no local set on shared subscription {topic_filter!r}")
+            valid = parse_shared(topic_filter) is not None if shared else valid_filter(topic_filter)
+            if not valid:
                 codes.append(RC_TOPIC_FILTER_INVALID if self.v5 else SUBACK_FAILURE)
                 continue
             qos = options & 3

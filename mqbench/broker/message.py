@@ -18,11 +18,11 @@ from typing import Final
 
 from mqbench.wire.mqtt.errors import MqttCodecError
 from mqbench.wire.mqtt.properties import (
+    FORWARDED_PUBLISH_PROPERTIES,
     PROP_MESSAGE_EXPIRY,
-    PROP_SUBSCRIPTION_ID,
-    PROP_TOPIC_ALIAS,
     Properties,
     encode_properties,
+    filter_properties,
     parse_properties,
 )
 
@@ -40,7 +40,8 @@ class Message:
     qos: int = 0
     retain: bool = False
     properties: Properties | None = None
-    """MQTT 5 properties to forward (without topic alias and subscription identifiers)."""
+    """MQTT 5 properties to forward: only :data:`FORWARDED_PUBLISH_PROPERTIES` (no topic
+    alias, subscription identifier or will delay interval)."""
     created_ms: int = 0
     expires_ms: int = 0
     """Wall-clock expiry in ms (MQTT 5 message expiry interval); 0: never."""
@@ -54,15 +55,12 @@ class Message:
         retain: bool,
         properties: Properties | None = None,
     ) -> Message:
-        """A message received now; derives the expiry from a message expiry interval."""
+        """A message received now (or a will published now): keeps only the properties a
+        PUBLISH may forward and derives the expiry from a message expiry interval."""
         now = time.time_ns() // 1_000_000
         expires = 0
+        properties = filter_properties(properties, FORWARDED_PUBLISH_PROPERTIES)
         if properties:
-            properties = {
-                k: v
-                for k, v in properties.items()
-                if k not in (PROP_TOPIC_ALIAS, PROP_SUBSCRIPTION_ID)
-            }
             interval = properties.get(PROP_MESSAGE_EXPIRY)
             if isinstance(interval, int):
                 expires = now + interval * 1000

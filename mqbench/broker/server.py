@@ -21,7 +21,15 @@ from mqbench.broker.connection import Connection
 from mqbench.broker.message import Message
 from mqbench.broker.persistence import create_app_queue, create_device_store
 from mqbench.broker.persistence.base import AppQueue, Clear, DeviceStore, OpQueue
-from mqbench.broker.session import APP, DEVICE, MEMORY, PendingAck, Session, Subscription
+from mqbench.broker.session import (
+    APP,
+    DEVICE,
+    MEMORY,
+    PendingAck,
+    Session,
+    Subscription,
+)
+from mqbench.broker.shared import SharedGroup, is_shared, parse_shared
 from mqbench.errors import BrokerError
 from mqbench.wire.mqtt.errors import MqttProtocolError
 from mqbench.wire.mqtt.packets import encode_publish5, publish_prefix
@@ -36,8 +44,9 @@ from mqbench.wire.topics import TopicTrie, topic_matches, valid_topic
 log = logging.getLogger("mqbench.broker")
 
 _CACHE_MAX: Final = 100_000
-Target = tuple[Session, int, bool, bool, tuple[int, ...]]
-"""(session, granted QoS, no local, retain as published, subscription ids)."""
+Target = tuple[Session, int, bool, bool, tuple[int, ...], SharedGroup | None]
+"""(session, granted QoS, no local, retain as published, subscription ids, the shared
+subscription group that chose the session for this message or None)."""
 
 
 class Broker:
@@ -62,6 +71,10 @@ class Broker:
         self.retained: dict[str, Message] = {}
         self.connections: set[Connection] = set()
         self._routes: dict[bytes, list[Target]] = {}
+        self.shared: dict[str, SharedGroup] = {}
+        """Shared subscription groups by their full ``$share/{name}/{filter}``."""
+        self.shared_trie: TopicTrie[str, SharedGroup] = TopicTrie()
+        self._shared_routes: dict[bytes, list[SharedGroup]] = {}
         self._prefixes: dict[tuple[bytes, int], bytes] = {}
         self._dirty: list[Connection] = []
         self._flush_scheduled = False
@@ -186,15 +199,26 @@ class Broker:
         persistent = expiry_s is None or expiry_s > 0
         existing = self.sessions.get(client_id)
         if existing is not None:
+            # The existing session ends unless this connection resumes it.
+            ends = clean_start or existing.client_type != client_type
             if existing.conn is not None:
                 old = existing.conn
                 assert isinstance(old, Connection)
+                self._requeue_shared(existing)
                 existing.detach()
                 old.disconnect(RC_TAKEN_OVER, "session taken over")
                 old.session = None
-                # The old connection ended without DISCONNECT: its will goes out now.
-                if existing.will is not None and not old.graceful:
+                # The old connection ended without DISCONNECT: its will goes out now unless
+                # it has a will delay and this connection resumes the session.
+                if (
+                    existing.will is not None
+                    and not old.graceful
+                    and (ends or existing.will[1] == 0)
+                ):
                     self._publish_will(existing)
+            elif existing.will is not None and ends:
+                # A will waiting for its delay: the session ends now, so does the wait.
+                self._publish_will(existing)
             self._cancel_timers(existing)
             existing.will = None
         present = False
@@ -237,6 +261,7 @@ class Broker:
         conn.session = None
         if session is None or session.conn is not conn:
             return
+        self._requeue_shared(session)
         session.detach()
         # Acks owed to this publisher can no longer be written.
         conn.acks.clear()
@@ -299,9 +324,7 @@ class Broker:
     def _remove_session(self, session: Session) -> None:
         self._cancel_timers(session)
         for topic_filter in list(session.subscriptions):
-            self.trie.unsubscribe(topic_filter, session)
-        session.subscriptions.clear()
-        self._routes.clear()
+            self.unsubscribe(session, topic_filter)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
         if session.mode != MEMORY:
@@ -310,23 +333,51 @@ class Broker:
     # ------------------------------------------------------------------ subscriptions
 
     def subscribe(self, session: Session, topic_filter: str, sub: Subscription) -> bool:
-        """Add or replace a subscription; True when it is new."""
+        """Add or replace a subscription; True when it is new.
+
+        A ``$share/{name}/{filter}`` (already validated by the connection) joins the group.
+        """
         new = topic_filter not in session.subscriptions
         session.subscriptions[topic_filter] = sub
-        self.trie.subscribe(topic_filter, session, sub)
-        self._routes.clear()
+        if is_shared(topic_filter):
+            group = self.shared.get(topic_filter)
+            if group is None:
+                parsed = parse_shared(topic_filter)
+                assert parsed is not None, "the connection validates shared filters"
+                group = self.shared[topic_filter] = SharedGroup(*parsed)
+                self.shared_trie.subscribe(group.filter, topic_filter, group)
+            group.join(session, sub)
+        else:
+            self.trie.subscribe(topic_filter, session, sub)
+        self._clear_routes()
         return new
 
     def unsubscribe(self, session: Session, topic_filter: str) -> bool:
-        """Remove a subscription; True when it existed."""
+        """Remove a subscription; True when it existed (an empty shared group goes too)."""
         if session.subscriptions.pop(topic_filter, None) is None:
             return False
-        self.trie.unsubscribe(topic_filter, session)
-        self._routes.clear()
+        group = self.shared.get(topic_filter)
+        if group is not None:
+            group.leave(session)
+            if not group.members:
+                del self.shared[topic_filter]
+                self.shared_trie.unsubscribe(group.filter, topic_filter)
+        else:
+            self.trie.unsubscribe(topic_filter, session)
+        self._clear_routes()
         return True
 
+    def _clear_routes(self) -> None:
+        self._routes.clear()
+        self._shared_routes.clear()
+
     def send_retained(self, session: Session, topic_filter: str, sub: Subscription) -> None:
-        """Deliver the retained messages matching a new subscription (RETAIN set)."""
+        """Deliver the retained messages matching a new subscription (RETAIN set).
+
+        A shared subscription gets none (MQTT 5.0, 4.8.2).
+        """
+        if is_shared(topic_filter):
+            return
         now_ms = time.time_ns() // 1_000_000
         sub_ids = (sub.sub_id,) if sub.sub_id else ()
         for topic, message in list(self.retained.items()):
@@ -335,7 +386,7 @@ class Broker:
                 continue
             if topic_matches(topic_filter, topic):
                 qos = min(message.qos, sub.qos)
-                self._deliver(session, message, qos, True, sub_ids, None)
+                self._deliver(session, message, qos, True, sub_ids, None, None)
 
     # ------------------------------------------------------------------ routing
 
@@ -357,7 +408,7 @@ class Broker:
                 if sub.sub_id:
                     entry[3].append(sub.sub_id)
         targets: list[Target] = [
-            (session, e[0], e[1], e[2], tuple(e[3])) for session, e in merged.items()
+            (session, e[0], e[1], e[2], tuple(e[3]), None) for session, e in merged.items()
         ]
         if len(self._routes) >= _CACHE_MAX:
             self._routes.clear()
@@ -388,7 +439,10 @@ class Broker:
         """Route one PUBLISH from ``source`` (None: a will message) to every subscriber."""
         self.received += 1
         targets = self._routes.get(topic_raw)
-        if targets is None or retain or properties:
+        groups: list[SharedGroup] | None = None
+        if self.shared:
+            groups = self._shared_routes.get(topic_raw)
+        if targets is None or retain or properties or (self.shared and groups is None):
             if topic is None:
                 try:
                     topic = topic_raw.decode("utf-8")
@@ -398,6 +452,11 @@ class Broker:
                 raise self._bad_topic(source, f"invalid topic name {topic!r}")
             if targets is None:
                 targets = self._targets(topic_raw, topic)
+            if self.shared and groups is None:
+                groups = self._shared_targets(topic_raw, topic)
+        if groups:
+            # One member per group for this message, routed like any other subscriber.
+            targets = targets + self._pick_members(groups)
         message: Message | None = None
         if retain or properties:
             assert topic is not None
@@ -419,7 +478,7 @@ class Broker:
             source.acks.append(ack)
         frame0: bytes | None = None
         sender = source.session if source is not None else None
-        for session, sub_qos, no_local, rap, sub_ids in targets:
+        for session, sub_qos, no_local, rap, sub_ids, share in targets:
             if no_local and session is sender:
                 continue
             eff = qos if qos < sub_qos else sub_qos
@@ -447,9 +506,48 @@ class Broker:
                 message = Message.create(
                     topic or topic_raw.decode("utf-8"), bytes(payload), qos, retain, None
                 )
-            self._deliver(session, message, eff, rap and retain, sub_ids, ack)
+            self._deliver(session, message, eff, rap and retain, sub_ids, ack, share)
         if ack is not None:
             ack.release()
+
+    def _shared_targets(self, topic_raw: bytes, topic: str) -> list[SharedGroup]:
+        groups = [group for _key, group in self.shared_trie.match(topic)]
+        if len(self._shared_routes) >= _CACHE_MAX:
+            self._shared_routes.clear()
+        self._shared_routes[topic_raw] = groups
+        return groups
+
+    @staticmethod
+    def _pick_members(groups: list[SharedGroup]) -> list[Target]:
+        """The member of each group that gets the next message (groups without one skip)."""
+        picks: list[Target] = []
+        for group in groups:
+            chosen = group.pick()
+            if chosen is not None:
+                session, sub = chosen
+                sub_ids = (sub.sub_id,) if sub.sub_id else ()
+                picks.append((session, sub.qos, False, sub.retain_as_published, sub_ids, group))
+        return picks
+
+    def _requeue_shared(self, session: Session) -> None:
+        """``session``'s connection is going: its unacknowledged shared-subscription
+        deliveries go to another member of their group (memory sessions only)."""
+        now_ms = time.time_ns() // 1_000_000
+        for out in session.take_shared():
+            group = out.share
+            message = out.message
+            if not isinstance(group, SharedGroup) or message is None or message.expired(now_ms):
+                continue
+            if self.shared.get(group.key) is not group:
+                continue
+            chosen = group.pick(exclude=session)
+            if chosen is None:
+                continue
+            member, sub = chosen
+            qos = min(message.qos, sub.qos)
+            retain = sub.retain_as_published and message.retain
+            sub_ids = (sub.sub_id,) if sub.sub_id else ()
+            self._deliver(member, message, qos, retain, sub_ids, None, group)
 
     @staticmethod
     def _bad_topic(source: Connection | None, why: str) -> Exception:
@@ -480,6 +578,7 @@ class Broker:
         retain: bool,
         sub_ids: tuple[int, ...],
         ack: PendingAck | None,
+        share: SharedGroup | None,
     ) -> None:
         if qos == 0:
             conn = session.conn
@@ -487,7 +586,7 @@ class Broker:
                 assert isinstance(conn, Connection)
                 self._qos0_object(conn, message, retain, sub_ids)
             return
-        session.offer(message, qos, retain, sub_ids, ack)
+        session.offer(message, qos, retain, sub_ids, ack, share)
 
     # ------------------------------------------------------------------ facts
 

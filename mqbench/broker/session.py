@@ -83,7 +83,17 @@ class Subscription:
 class Outgoing:
     """A message on its way to one client (or, in state REL, only its PUBREL)."""
 
-    __slots__ = ("dup", "entry", "message", "packet_id", "qos", "retain", "state", "sub_ids")
+    __slots__ = (
+        "dup",
+        "entry",
+        "message",
+        "packet_id",
+        "qos",
+        "retain",
+        "share",
+        "state",
+        "sub_ids",
+    )
 
     def __init__(
         self,
@@ -95,8 +105,10 @@ class Outgoing:
         entry: str | None = None,
         state: int = PUB,
         dup: bool = False,
+        share: object | None = None,
     ) -> None:
-        """``message`` is None only in state REL."""
+        """``message`` is None only in state REL; ``share``: the shared-subscription group
+        that chose this session for the message (None: an ordinary subscription)."""
         self.message = message
         self.qos = qos
         self.retain = retain
@@ -105,6 +117,7 @@ class Outgoing:
         self.entry = entry
         self.state = state
         self.dup = dup
+        self.share = share
 
 
 class PendingAck:
@@ -231,6 +244,21 @@ class Session:
                 self.loading = True
                 self.submit_app(Read(self.client_id, self._read))
 
+    def take_shared(self) -> list[Outgoing]:
+        """MEMORY: the shared-subscription QoS 1 deliveries not acknowledged yet.
+
+        A memory session loses them with its connection, so the broker gives them to
+        another member of their group; a persistent session keeps them in its store.
+        Only QoS 1: a QoS 2 message must never go to another member (MQTT 5.0, 4.8.2).
+        """
+        if self.mode != MEMORY:
+            return []
+        return [
+            out
+            for out in (*self.inflight.values(), *self.pending)
+            if out.share is not None and out.qos == 1 and out.message is not None
+        ]
+
     def detach(self) -> None:
         """The connection went away: what is unacknowledged stays in the store."""
         self.conn = None
@@ -247,10 +275,12 @@ class Session:
         retain: bool,
         sub_ids: tuple[int, ...] = (),
         ack: PendingAck | None = None,
+        share: object | None = None,
     ) -> None:
-        """Deliver ``message`` at ``qos`` (>= 1); ``ack`` waits for its persistence."""
+        """Deliver ``message`` at ``qos`` (>= 1); ``ack`` waits for its persistence;
+        ``share`` is the shared-subscription group that chose this session, if any."""
         mode = self.mode
-        out = Outgoing(message, qos, retain, sub_ids)
+        out = Outgoing(message, qos, retain, sub_ids, share=share)
         if mode == MEMORY:
             if self.conn is not None:
                 self._enqueue(out)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
 from tbmq_helpers import BrokerThread, running_broker
 
+from mqbench.broker.connection import TOPIC_ALIAS_MAXIMUM
 from mqbench.brokers.backing_services import PostgresService, RedisService
 from mqbench.endpoint import Endpoint
 from mqbench.transports.base import ClientOptions
@@ -205,7 +206,8 @@ def test_mqtt5_connack_announces_limits_and_assigns_a_client_id(broker: BrokerTh
     assert isinstance(connack, Connack) and connack.return_code == 0
     props = connack.properties or {}
     assert str(props[0x12]).startswith("auto-")  # assigned client identifier
-    assert props[0x22] == 0  # topic alias maximum
+    assert props[0x22] == TOPIC_ALIAS_MAXIMUM  # topic alias maximum
+    assert props[0x2A] == 1  # shared subscriptions available
     assert props[0x27] == 4096  # maximum packet size
     sock.close()
 

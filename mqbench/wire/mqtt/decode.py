@@ -53,7 +53,7 @@ from mqbench.wire.mqtt.primitives import (
     Reader,
     decode_remaining_length,
 )
-from mqbench.wire.mqtt.properties import ACK_PROPERTIES, decode_properties
+from mqbench.wire.mqtt.properties import ACK_PROPERTIES, WILL, decode_properties
 from mqbench.wire.mqtt.reason_codes import SUBACK_FAILURE
 
 # Fixed-header flag nibble each packet type must carry (PUBLISH flags are variable).
@@ -92,7 +92,7 @@ def _decode_connect(r: Reader) -> Connect:
     if flags & 0x04:
         if will_qos == 3:
             raise MqttCodecError("CONNECT will QoS 3")
-        will_props = decode_properties(r, -1) if v5 else None
+        will_props = decode_properties(r, WILL) if v5 else None
         will_topic = r.text()
         will_payload = r.binary()
         will = Will(will_topic, will_payload, will_qos, bool(flags & 0x20), will_props)

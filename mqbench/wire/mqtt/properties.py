@@ -4,7 +4,9 @@ A property block is a variable-byte-integer length followed by (identifier, valu
 ``Properties`` maps identifiers (the ``PROP_*`` constants) to values; user properties
 (which may repeat) are a tuple of (name, value) pairs and subscription identifiers (which
 may repeat in a PUBLISH) a tuple of ints. Decoding checks that each property is allowed in
-its packet type and not duplicated.
+its packet type (:data:`PACKET_PROPERTIES`, one table per packet type) and not
+duplicated; :func:`filter_properties` keeps only the allowed ones when a server forwards
+properties from one packet into another (a will into a PUBLISH, a PUBLISH to subscribers).
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ from typing import Final
 from mqbench.wire.mqtt.errors import MqttCodecError
 from mqbench.wire.mqtt.primitives import (
     AUTH,
+    CONNACK,
     CONNECT,
     DISCONNECT,
+    PUBACK,
+    PUBCOMP,
     PUBLISH,
+    PUBREC,
+    PUBREL,
+    SUBACK,
     SUBSCRIBE,
+    UNSUBACK,
     UNSUBSCRIBE,
     Reader,
     binary_field,
@@ -132,8 +141,21 @@ def encode_properties(props: Properties | None) -> bytes:
     return encode_remaining_length(len(out)) + bytes(out)
 
 
-# Properties allowed per packet type (-1: will properties); enforced when decoding.
-_ALLOWED_PROPERTIES: Final[dict[int, frozenset[int]]] = {
+WILL: Final = -1
+"""Pseudo packet type of the will properties in a CONNECT payload (for the tables below)."""
+
+_PUBLISH_MESSAGE_PROPERTIES: Final = frozenset(
+    {
+        PROP_PAYLOAD_FORMAT,
+        PROP_MESSAGE_EXPIRY,
+        PROP_CONTENT_TYPE,
+        PROP_RESPONSE_TOPIC,
+        PROP_CORRELATION_DATA,
+        PROP_USER_PROPERTY,
+    }
+)
+
+PACKET_PROPERTIES: Final[dict[int, frozenset[int]]] = {
     CONNECT: frozenset(
         {
             PROP_SESSION_EXPIRY,
@@ -147,36 +169,63 @@ _ALLOWED_PROPERTIES: Final[dict[int, frozenset[int]]] = {
             PROP_MAXIMUM_PACKET_SIZE,
         }
     ),
-    -1: frozenset(
+    CONNACK: frozenset(
         {
-            PROP_PAYLOAD_FORMAT,
-            PROP_MESSAGE_EXPIRY,
-            PROP_CONTENT_TYPE,
-            PROP_RESPONSE_TOPIC,
-            PROP_CORRELATION_DATA,
-            PROP_WILL_DELAY,
+            PROP_SESSION_EXPIRY,
+            PROP_ASSIGNED_CLIENT_ID,
+            PROP_SERVER_KEEP_ALIVE,
+            PROP_AUTH_METHOD,
+            PROP_AUTH_DATA,
+            PROP_RESPONSE_INFO,
+            PROP_SERVER_REFERENCE,
+            PROP_REASON_STRING,
+            PROP_RECEIVE_MAXIMUM,
+            PROP_TOPIC_ALIAS_MAXIMUM,
+            PROP_MAXIMUM_QOS,
+            PROP_RETAIN_AVAILABLE,
             PROP_USER_PROPERTY,
+            PROP_MAXIMUM_PACKET_SIZE,
+            PROP_WILDCARD_SUB_AVAILABLE,
+            PROP_SUB_ID_AVAILABLE,
+            PROP_SHARED_SUB_AVAILABLE,
         }
     ),
-    PUBLISH: frozenset(
-        {
-            PROP_PAYLOAD_FORMAT,
-            PROP_MESSAGE_EXPIRY,
-            PROP_CONTENT_TYPE,
-            PROP_RESPONSE_TOPIC,
-            PROP_CORRELATION_DATA,
-            PROP_SUBSCRIPTION_ID,
-            PROP_TOPIC_ALIAS,
-            PROP_USER_PROPERTY,
-        }
-    ),
+    PUBLISH: _PUBLISH_MESSAGE_PROPERTIES | {PROP_SUBSCRIPTION_ID, PROP_TOPIC_ALIAS},
+    PUBACK: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
+    PUBREC: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
+    PUBREL: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
+    PUBCOMP: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
     SUBSCRIBE: frozenset({PROP_SUBSCRIPTION_ID, PROP_USER_PROPERTY}),
+    SUBACK: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
     UNSUBSCRIBE: frozenset({PROP_USER_PROPERTY}),
+    UNSUBACK: frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY}),
     DISCONNECT: frozenset(
         {PROP_SESSION_EXPIRY, PROP_SERVER_REFERENCE, PROP_REASON_STRING, PROP_USER_PROPERTY}
     ),
     AUTH: frozenset({PROP_AUTH_METHOD, PROP_AUTH_DATA, PROP_REASON_STRING, PROP_USER_PROPERTY}),
+    WILL: _PUBLISH_MESSAGE_PROPERTIES | {PROP_WILL_DELAY},
 }
+"""The properties each packet type may carry (MQTT 5.0, section 2.2.2.2), by packet type
+(``WILL`` for the will properties); decoding rejects any other property."""
+
+FORWARDED_PUBLISH_PROPERTIES: Final = _PUBLISH_MESSAGE_PROPERTIES
+"""What a server copies from a received PUBLISH (or a will) into the PUBLISHes it sends.
+
+A topic alias belongs to one connection and subscription identifiers to one subscriber's
+subscriptions, so neither is forwarded as received; the will delay interval exists only in
+a CONNECT. The message expiry interval is forwarded counted down to what is left.
+"""
+
+SERVER_DISCONNECT_PROPERTIES: Final = PACKET_PROPERTIES[DISCONNECT] - {PROP_SESSION_EXPIRY}
+"""A DISCONNECT sent by a server must not carry a session expiry interval (3.14.2.2.2)."""
+
+
+def filter_properties(props: Properties | None, allowed: frozenset[int]) -> Properties | None:
+    """The subset of ``props`` whose identifiers are in ``allowed`` (None when empty)."""
+    if not props:
+        return None
+    kept = {pid: value for pid, value in props.items() if pid in allowed}
+    return kept or None
 
 
 def decode_properties(r: Reader, packet_type: int) -> Properties:
@@ -185,7 +234,7 @@ def decode_properties(r: Reader, packet_type: int) -> Properties:
     if length > r.remaining():
         raise MqttCodecError("packet truncated: properties longer than the packet")
     end = r.pos + length
-    allowed = _ALLOWED_PROPERTIES.get(packet_type)
+    allowed = PACKET_PROPERTIES.get(packet_type)
     props: Properties = {}
     while r.pos < end:
         pid = r.varint()
@@ -228,7 +277,7 @@ def decode_properties(r: Reader, packet_type: int) -> Properties:
     return props
 
 
-ACK_PROPERTIES: Final = frozenset({PROP_REASON_STRING, PROP_USER_PROPERTY})
+ACK_PROPERTIES: Final = PACKET_PROPERTIES[PUBACK]
 """The only properties an MQTT 5 publish ack (PUBACK, PUBREC, PUBREL, PUBCOMP) may carry."""
 
 
