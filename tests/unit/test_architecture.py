@@ -49,7 +49,7 @@ FORBIDDEN: dict[str, set[str]] = {
 ONLY_IN: dict[str, set[str]] = {
     "typer": {"cli"},
     "rich": {"cli"},
-    "pyspark": {"analysis"},
+    "pyspark": {"analysis", "workload"},
 }
 """Third-party packages only some parts may import."""
 
