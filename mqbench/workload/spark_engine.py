@@ -355,6 +355,9 @@ def spark_context(master: str, conf: dict[str, str], bind_host: str) -> Any:
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
+    # PySpark ships the Python of PYSPARK_PYTHON to the executors with every task: by
+    # default this interpreter (the one with mqbench installed), unless the user chose one.
+    os.environ.setdefault("PYSPARK_PYTHON", settings["spark.pyspark.python"])
     try:
         return builder.getOrCreate().sparkContext
     except Exception as exc:  # Py4J/JVM start-up errors, as one line
