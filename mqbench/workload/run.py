@@ -41,9 +41,8 @@ from mqbench.workload.distributed import check_cross_task, cross_task_routes, pa
 from mqbench.workload.plan import (
     WorkerPlan,
     build_plans,
+    cell_shards,
     process_count,
-    resolve_layout,
-    worker_count,
 )
 from mqbench.workload.preflight import preflight
 from mqbench.workload.search import Evaluate, SearchTracker
@@ -298,13 +297,7 @@ def _run_cell(
             f"cannot create {cell_dir}: {exc.strerror or exc}", path=str(cell_dir), errno=exc.errno
         ) from None
     distributed = scenario.generator.engine == "spark"
-    if distributed:
-        # One shard per Spark task; publishers with their subscribers (one clock each).
-        workers = worker_count(scenario.generator.executors, cell.connections, 1)
-        layout = "shared"
-    else:
-        workers = worker_count(scenario.generator.workers, cell.connections, os.cpu_count() or 1)
-        layout = resolve_layout(scenario.generator.layout, cell)
+    workers, layout = cell_shards(scenario.generator, cell, os.cpu_count() or 1)
     topology = build_topology(cell, run_tag, scenario.seed)
     proxied_by_design: dict[str, list[int]] = {}
     if scenario.faults is not None:

@@ -130,3 +130,26 @@ def test_a_cell_entry_keeps_its_task_clocks() -> None:
     entry = CellEntry(id="c", status="completed", clocks=clocks)
     data = yaml.safe_load(yaml.safe_dump(entry.to_dict()))
     assert CellEntry.from_dict(data).clocks == clocks
+
+
+def test_run_with_a_spark_master_refuses_a_fanout_over_two_tasks_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from mqbench.cli.app import app
+
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(
+        "name: f\ntargets: [nats]\nworkload: {topology: fanout, subscribers: 10}\n"
+    )
+    out = tmp_path / "out"
+    args = ["run", str(scenario_file), "--dry-run", "--out", str(out)]
+    refused = CliRunner().invoke(app, [*args, "--spark-master", "spark://127.0.0.1:7077"])
+    assert refused.exit_code == 1
+    assert "puts 5 of 10 publisher-subscriber routes across tasks" in refused.output
+    assert not out.exists()
+    bound = ["--set", "generator.max_clock_error_ms=1", "--bind", "127.0.0.2"]
+    bounded = CliRunner().invoke(app, [*args, "--spark-master", "spark://127.0.0.1:7077", *bound])
+    assert bounded.exit_code == 0, bounded.output
+    assert "2 shared" in bounded.output
