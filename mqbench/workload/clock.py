@@ -121,7 +121,7 @@ def measure_offset(
                 found.append(Probe(t0, _REPLY.unpack(reply)[0], t1))
     except OSError as exc:
         raise TransportError(
-            f"clock probe to the driver at {endpoint}: {exc.strerror or exc}"
+            f"clock probe to the driver at {endpoint.host}:{endpoint.port}: {exc.strerror or exc}"
         ) from None
     return estimate(found)
 

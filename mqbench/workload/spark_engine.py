@@ -40,7 +40,7 @@ from mqbench.workload.clock import TimeService, measure_offset
 from mqbench.workload.coordinator import WorkerHandle
 from mqbench.workload.distributed import check_clock_bound
 from mqbench.workload.plan import WorkerPlan
-from mqbench.workload.worker import run_worker
+from mqbench.workload.worker import raise_open_files_limit, run_worker
 
 STAGE_START_S = 180.0
 """How long the stage may take until every task said hello (executors start Python)."""
@@ -116,9 +116,16 @@ def run_shard(
     ``barrier`` is called once this shard's clients are connected, before it reports
     ready (``BarrierTaskContext.barrier`` in a Spark task).
     """
+    raise_open_files_limit()
     before = measure_offset(setup.time, clock=clock)
     host = socket.gethostname()
-    driver = Client((setup.control.host, setup.control.port), authkey=setup.authkey)
+    try:
+        driver = Client((setup.control.host, setup.control.port), authkey=setup.authkey)
+    except OSError as exc:
+        raise TransportError(
+            f"task {plan.worker} cannot reach the driver at "
+            f"{setup.control.host}:{setup.control.port}: {exc.strerror or exc}"
+        ) from None
     driver.send(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
     ours, theirs = _pipe()
     released: list[int] = []
@@ -254,10 +261,10 @@ class SparkStage:
                 conn = accepted.get(timeout=0.25)
             except queue.Empty:
                 continue
-            if not conn.poll(10):
-                conn.close()
-                continue
-            kind, hello = conn.recv()
+            try:
+                kind, hello = conn.recv() if conn.poll(10) else (None, None)
+            except (EOFError, OSError):
+                kind = hello = None
             if kind != "hello" or not isinstance(hello, TaskHello):
                 conn.close()
                 continue

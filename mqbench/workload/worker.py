@@ -619,7 +619,7 @@ def _orphan_exit(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
 
-def _raise_open_files_limit() -> None:
+def raise_open_files_limit() -> None:
     """Use the hard open-files limit: thousands of connections need thousands of files."""
     with contextlib.suppress(ImportError, OSError, ValueError):
         import resource
@@ -641,7 +641,7 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     parent_pid = parent.pid if parent is not None else None
     if parent_pid is not None and not lifeline.die_with_parent(signal.SIGTERM, parent_pid):
         return  # the parent died before the signal was armed
-    _raise_open_files_limit()
+    raise_open_files_limit()
     run_worker(plan, conn)
     signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
 

@@ -153,3 +153,18 @@ def test_run_with_a_spark_master_refuses_a_fanout_over_two_tasks_before_anything
     bounded = CliRunner().invoke(app, [*args, "--spark-master", "spark://127.0.0.1:7077", *bound])
     assert bounded.exit_code == 0, bounded.output
     assert "2 shared" in bounded.output
+
+
+def test_a_spark_failure_is_told_by_the_tasks_own_mqbench_error_in_one_line() -> None:
+    from mqbench.workload.spark_engine import one_line
+
+    text = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collect.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: barrier task\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in run_shard\n'
+        "mqbench.errors.TransportError: task 1 cannot reach the driver at 10.0.0.4:4040\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.abortStage(DAGScheduler.scala:4568)\n"
+    )
+    assert one_line(RuntimeError(text)) == "task 1 cannot reach the driver at 10.0.0.4:4040"
+    aborted = RuntimeError("x\n: org.apache.spark.SparkException: Job aborted due to y\n\tat z")
+    assert one_line(aborted) == ": org.apache.spark.SparkException: Job aborted due to y"
