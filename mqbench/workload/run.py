@@ -257,7 +257,7 @@ def _run_cells(
         ) from None
     except LoadTaskLost as exc:
         manifest.finish("interrupted", str(exc))
-        raise
+        raise LoadTaskLost(f"{exc}; results in {result_dir}", exc.task) from None
     except ResultsWriteError as exc:
         reserve.release()  # room for the last manifest
         with contextlib.suppress(ResultsWriteError):

@@ -195,6 +195,7 @@ def test_an_executor_that_dies_mid_run_interrupts_the_run_and_keeps_its_records(
     assert killed, "no executor was found to kill"
     message = str(lost.value)
     assert "\n" not in message and "lost its connection before it finished" in message
+    assert str(tmp_path) in message
     result_dir = next(tmp_path.glob("*/*/manifest.json")).parent
     data_out = manifest(result_dir)
     assert data_out["status"] == "interrupted"
