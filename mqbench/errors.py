@@ -73,3 +73,18 @@ class ResultsWriteError(ResultsError):
 
 class CapacityError(ScenarioError):
     """The scenario asks for load that cannot fit on this machine (refused up front)."""
+
+
+class ClockError(MqbenchError):
+    """Load tasks' clocks are too far apart (or unmeasured) for what the cell needs."""
+
+
+class LoadTaskLost(MqbenchError):
+    """A distributed load task died or lost the driver mid-run (its executor died, say).
+
+    The records it wrote so far stay; the cell and the run are marked ``interrupted``.
+    """
+
+    def __init__(self, message: str, task: int) -> None:
+        super().__init__(message)
+        self.task = task

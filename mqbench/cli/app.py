@@ -111,6 +111,24 @@ def run(
     master: Annotated[
         str | None, typer.Option("--master", help="Spark master for the analysis.")
     ] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(
+            "--spark-master",
+            metavar="URL",
+            help="Generate the load as a Spark barrier stage on this master "
+            "(sets generator.engine=spark, generator.master=URL; docs/distributed.md).",
+        ),
+    ] = None,
+    bind: Annotated[
+        str | None,
+        typer.Option(
+            "--bind",
+            metavar="ADDRESS",
+            help="Address brokers and the fault proxy listen on (sets broker.host; "
+            "default loopback).",
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario: start brokers, drive open-loop load, record, analyse.
 
@@ -122,7 +140,12 @@ def run(
         from mqbench.scenario.loader import load_scenario
         from mqbench.scenario.matrix import expand
 
-        scenario, data = load_scenario(scenario_file, overrides or [])
+        settings = list(overrides or [])
+        if spark_master is not None:
+            settings += ["generator.engine=spark", f"generator.master={spark_master}"]
+        if bind is not None:
+            settings.append(f"broker.host={bind}")
+        scenario, data = load_scenario(scenario_file, settings)
         cells = expand(scenario)
         selected = set(only or [])
         if selected:

@@ -65,8 +65,12 @@ class FaultDriver:
         """The Toxiproxy API in use."""
         return self._client.url if self._client else None
 
-    def start(self, upstream_host: str, upstream_port: int) -> int:
-        """Start (or reach) the proxy server, create this cell's proxy; return its port."""
+    def start(self, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1") -> int:
+        """Start (or reach) the proxy server, create this cell's proxy; return its port.
+
+        The proxy listens on ``listen_host`` (loopback unless the scenario binds the broker
+        to another address, so that clients on other machines reach it).
+        """
         if self.faults.proxy == "builtin":
             self._process = start_proxy_process(seed=self.seed)
             self._client = ToxiproxyClient(self._process.url)
@@ -74,7 +78,10 @@ class FaultDriver:
             self._client = ToxiproxyClient(self.faults.proxy)
         self._client.check()
         self._client.delete_proxy(self.name, missing_ok=True)
-        proxy = self._client.create_proxy(self.name, f"{upstream_host}:{upstream_port}")
+        listen = f"[{listen_host}]:0" if ":" in listen_host else f"{listen_host}:0"
+        proxy = self._client.create_proxy(
+            self.name, f"{upstream_host}:{upstream_port}", listen=listen
+        )
         self.events(
             EventKind.FAULT_PROXY_STARTED,
             url=self._client.url,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast, get_args
 
 from mqbench.errors import ResultsError
+from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.schedule import measured_window
 from mqbench.records.worker_stats import WorkerStats
@@ -282,6 +283,8 @@ class CellEntry:
     generator: GeneratorVerdict | None = None
     totals: Totals | None = None
     finished_ns: int | None = None
+    clocks: GeneratorClocks | None = None
+    """Clock offsets of the load tasks (distributed load only, docs/distributed.md)."""
 
     @property
     def analysable(self) -> bool:
@@ -304,7 +307,10 @@ class CellEntry:
             value = getattr(self, f.name)
             if value is None and f.name != "error":
                 continue
-            if isinstance(value, Route | Schedule | Window | BrokerExitEntry | GeneratorVerdict):
+            if isinstance(
+                value,
+                Route | Schedule | Window | BrokerExitEntry | GeneratorVerdict | GeneratorClocks,
+            ):
                 value = value.to_dict()
             elif isinstance(value, Totals):
                 value = dataclasses.asdict(value)
@@ -336,6 +342,11 @@ class CellEntry:
         generator = _mapping(cid, "generator", data.get("generator"))
         totals = _mapping(cid, "totals", data.get("totals"))
         sfe = data.get("send_failures_expected")
+        clocks = _mapping(cid, "clocks", data.get("clocks"))
+        try:
+            clock_entry = None if clocks is None else GeneratorClocks.from_dict(clocks)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CellEntryError(f"cell {cid}: {exc}") from None
         return cls(
             id=cid,
             index=_int(cid, "index", data.get("index") or 0),
@@ -364,6 +375,7 @@ class CellEntry:
                 _int(cid, "totals.received", totals.get("received") or 0),
             ),
             finished_ns=_opt_int(cid, "finished_ns", data.get("finished_ns")),
+            clocks=clock_entry,
         )
 
 

@@ -6,6 +6,7 @@ combination becomes one *cell* (see ``matrix.py``).
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 from typing import Annotated, Any, Literal
 
@@ -236,10 +237,41 @@ class Generator(_Strict):
         "failed) instead of growing memory; one second of offered bytes must fit",
     )
 
+    engine: Literal["local", "spark"] = Field(
+        default="local",
+        description="local: worker processes on this machine; spark: client shards run as the "
+        "tasks of one Spark barrier stage (docs/distributed.md)",
+    )
+    master: str | None = Field(
+        default=None,
+        description="engine spark: the Spark master URL (spark://, k8s://, local-cluster[...])",
+    )
+    executors: int = Field(
+        default=2, ge=1, description="engine spark: tasks of the stage (one client shard each)"
+    )
+    max_clock_error_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="engine spark: accept routes across tasks (two clocks) when every task's "
+        "measured clock offset error is within this bound; the bound is added to the "
+        "reported latency error",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="engine spark: extra Spark settings for the session"
+    )
+
     @field_validator("buffer_memory", mode="before")
     @classmethod
     def _parse_size(cls, value: Any) -> int:
         return parse_size(value)
+
+    @model_validator(mode="after")
+    def _engine_settings(self) -> Generator:
+        if self.engine == "spark" and not self.master:
+            raise ValueError("generator.engine spark needs generator.master (a Spark master URL)")
+        if self.engine == "local" and self.master is not None:
+            raise ValueError("generator.master is set but generator.engine is local (set spark)")
+        return self
 
     @field_validator("workers")
     @classmethod
@@ -380,9 +412,15 @@ class BrokerOptions(_Strict):
 
     @field_validator("host")
     @classmethod
-    def _loopback_only(cls, value: str) -> str:
-        if value not in ("127.0.0.1", "localhost", "::1") and not value.startswith("127."):
-            raise ValueError(f"host {value!r} is not a loopback address (allowed: 127.0.0.0/8)")
+    def _an_address(cls, value: str) -> str:
+        # Loopback by default; any other address only because the user wrote it here (or
+        # gave --bind): brokers and the fault proxy then listen where executors reach them.
+        if value == "localhost":
+            return value
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"host {value!r} is not an IP address or 'localhost'") from None
         return value
 
 

@@ -35,7 +35,7 @@ from mqbench.errors import CapacityError, ResultsError
 from mqbench.records.format import RECORD_SIZE
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
-from mqbench.workload.plan import worker_count
+from mqbench.workload.plan import cell_shards
 
 WORKER_FD_RESERVE: Final = 1000
 """Files a worker keeps for itself: record files, pipes, the event loop, libraries."""
@@ -139,7 +139,7 @@ def check_fits(scenario: Scenario, cells: Sequence[Cell], limits: Limits | None 
 
 def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
     conns = cell.connections
-    workers = worker_count(scenario.generator.workers, conns, limits.cpus)
+    workers, _ = cell_shards(scenario.generator, cell, limits.cpus)
     per_worker = math.ceil(conns / workers)
     usable = limits.generator_open_files - WORKER_FD_RESERVE
     if per_worker > usable:
@@ -150,7 +150,7 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
             f"set generator.workers to at least {math.ceil(conns / max(1, usable))}"
         )
     max_workers = MAX_WORKERS_PER_CORE * limits.cpus
-    if workers > max_workers:
+    if workers > max_workers and scenario.generator.engine == "local":
         raise CapacityError(
             f"cell {cell.id}: {conns:,} connections need {workers} worker processes "
             f"(at most {limits.generator_open_files - WORKER_FD_RESERVE:,} connections each: "

@@ -9,9 +9,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Protocol, cast
 
-from mqbench.errors import ResultsWriteError, TransportError
+from mqbench.errors import MqbenchError, ResultsWriteError, TransportError
 from mqbench.process import interrupts
 from mqbench.records.events import Event, EventKind, EventLog
 from mqbench.records.schedule import measured_window
@@ -75,15 +75,16 @@ class LoadOutcome:
 ProgressFn = Callable[[Progress], None]
 
 
-class _WorkerHandle:
-    def __init__(self, plan: WorkerPlan, ctx: Any) -> None:
+class WorkerHandle:
+    """The parent's side of one worker: its plan, its control connection, what it reported.
+
+    Local workers are processes (``LocalHandle``); a distributed engine gives the same
+    protocol over a network connection (``workload.spark_engine``).
+    """
+
+    def __init__(self, plan: WorkerPlan, conn: Connection) -> None:
         self.plan = plan
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(
-            target=worker_main, args=(plan, child), name=f"mqbench-worker-{plan.worker}"
-        )
-        self.process.start()
-        child.close()
+        self.conn = conn
         self.ready = False
         self.stats = WorkerStats()
         self.published = False
@@ -91,8 +92,88 @@ class _WorkerHandle:
         self.failure: WorkerFailure | None = None
 
     def send(self, kind: str, data: Any = None) -> None:
+        """One control message to the worker (ignored when it is gone)."""
         with contextlib.suppress(BrokenPipeError, OSError):
             self.conn.send((kind, data))
+
+    @property
+    def pid(self) -> int | None:
+        """A process id on this machine to sample, or None."""
+        return None
+
+    def alive(self) -> bool:
+        """Whether the worker still runs."""
+        return not self.done
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the worker to end."""
+
+    def kill(self) -> None:
+        """End the worker without waiting for it to flush."""
+
+    def lost(self) -> MqbenchError:
+        """The error for a worker whose connection ended before it finished publishing."""
+        return TransportError(f"worker {self.plan.worker} exited unexpectedly")
+
+
+class LocalHandle(WorkerHandle):
+    """A worker process on this machine, spawned with ``ctx`` and talked to over a pipe."""
+
+    def __init__(self, plan: WorkerPlan, ctx: Any) -> None:
+        conn, child = ctx.Pipe(duplex=True)
+        super().__init__(plan, conn)
+        self.process = ctx.Process(
+            target=worker_main, args=(plan, child), name=f"mqbench-worker-{plan.worker}"
+        )
+        self.process.start()
+        child.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process."""
+        return cast(int | None, self.process.pid)
+
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return bool(self.process.is_alive())
+
+    def join(self, timeout: float) -> None:
+        """Join the process."""
+        self.process.join(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the process."""
+        self.process.kill()
+
+    def lost(self) -> MqbenchError:
+        """The process ended without finishing."""
+        code = self.process.exitcode
+        return TransportError(f"worker {self.plan.worker} exited unexpectedly (exit code {code})")
+
+
+class Launcher(Protocol):
+    """Starts the workers of a cell; ``LocalLauncher`` unless an engine gives another."""
+
+    def launch(self, plans: list[WorkerPlan], register: Callable[[WorkerHandle], None]) -> None:
+        """Start one worker per plan, registering each handle as soon as it exists (so a
+        Ctrl-C while starting stops the workers already started)."""
+
+    def finish(self) -> None:
+        """Called once after every worker is done or given up on (releases the engine)."""
+
+
+class LocalLauncher:
+    """Worker processes on this machine (``multiprocessing`` spawn)."""
+
+    def launch(self, plans: list[WorkerPlan], register: Callable[[WorkerHandle], None]) -> None:
+        """Spawn one process per plan, one at a time, each registered before a signal lands."""
+        ctx = mp.get_context("spawn")
+        for plan in plans:
+            with interrupts.deferred():
+                register(LocalHandle(plan, ctx))
+
+    def finish(self) -> None:
+        """Nothing to release."""
 
 
 class Coordinator:
@@ -114,6 +195,7 @@ class Coordinator:
         on_progress: ProgressFn | None = None,
         on_workers: Callable[[list[int]], None] | None = None,
         on_start: Callable[[int], None] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         self.plans = plans
         self.events = events
@@ -129,7 +211,8 @@ class Coordinator:
         self.on_progress = on_progress
         self.on_workers = on_workers
         self.on_start = on_start
-        self._handles: list[_WorkerHandle] = []
+        self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
+        self._handles: list[WorkerHandle] = []
         self._history: deque[tuple[float, int, int]] = deque()
         self._last_connection_log = 0.0
         self._window: tuple[int, int] | None = None
@@ -137,19 +220,14 @@ class Coordinator:
 
     def run(self) -> LoadOutcome:
         """Run the cell; on KeyboardInterrupt stop workers, flush, and return interrupted."""
-        ctx = mp.get_context("spawn")
         self._handles = []
         connected_ns = start_ns = 0
         published_ns: int | None = None
         interrupted = False
         try:
-            # One at a time, each registered before a signal can land: a Ctrl-C while
-            # spawning stops the workers already started (below).
-            for plan in self.plans:
-                with interrupts.deferred():
-                    self._handles.append(_WorkerHandle(plan, ctx))
+            self.launcher.launch(self.plans, self._handles.append)
             if self.on_workers is not None:
-                self.on_workers([h.process.pid for h in self._handles if h.process.pid])
+                self.on_workers([pid for h in self._handles if (pid := h.pid)])
             connected_ns = self._wait_ready()
             with interrupts.deferred():  # workers that got the start are recorded as started
                 start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
@@ -170,7 +248,10 @@ class Coordinator:
                 handle.send("stop")
             stopped_ns = time.time_ns()
             self._mark_window(stopped_ns, stopping=True)
-            self._wait_done()
+            try:
+                self._wait_done()
+            finally:
+                self.launcher.finish()
         self.events.write(EventKind.WORKERS_STOPPED)
         failed = next((h.failure for h in self._handles if h.failure is not None), None)
         if failed is not None and failed.kind == "record_write":
@@ -244,11 +325,11 @@ class Coordinator:
             except KeyboardInterrupt:
                 break  # a second Ctrl-C without StopSignals: stop waiting, terminate below
         for handle in self._handles:
-            handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if handle.process.is_alive():
+            handle.join(max(0.0, deadline - time.monotonic()))
+            if handle.alive():
                 self.events.write(EventKind.WARNING, message=f"worker {handle.plan.worker} killed")
-                handle.process.kill()
-                handle.process.join(5)
+                handle.kill()
+                handle.join(5)
             handle.conn.close()
 
     def _log_connections(self) -> None:
@@ -279,10 +360,8 @@ class Coordinator:
             except (EOFError, OSError):
                 handle.done = True
                 if raise_errors and not handle.published:
-                    code = handle.process.exitcode
-                    raise TransportError(
-                        f"worker {handle.plan.worker} exited unexpectedly (exit code {code})"
-                    ) from None
+                    handle.join(1.0)  # let a dying process report its exit code
+                    raise handle.lost() from None
                 continue
             if kind == "ready":
                 handle.ready = True

@@ -10,7 +10,7 @@ from pathlib import Path
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.workload.capacity import RESERVE_BYTES, free_bytes, record_bytes, result_bytes
-from mqbench.workload.plan import process_count, resolve_layout, worker_count
+from mqbench.workload.plan import cell_shards, process_count
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path) -> RunOut
     cpus = os.cpu_count() or 1
     rows = []
     for cell in cells:
-        workers = worker_count(scenario.generator.workers, cell.connections, cpus)
-        layout = resolve_layout(scenario.generator.layout, cell)
+        workers, layout = cell_shards(scenario.generator, cell, cpus)
         rows.append(
             CellOutline(
                 cell=cell,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
+from mqbench.scenario.model import Generator
 from mqbench.workload.topology import PubSpec, SubSpec, Topology
 
 MAX_CONNECTIONS_PER_WORKER = 19000
@@ -89,6 +90,19 @@ def worker_count(requested: int | str, connections: int, cpus: int) -> int:
 
 
 LAYOUTS = ("shared", "split")
+
+
+def cell_shards(generator: Generator, cell: Cell, cpus: int) -> tuple[int, str]:
+    """How many shards a cell runs in, and their layout.
+
+    Local engine: worker processes and ``generator.layout``. Spark engine: one shard per
+    Spark task (``generator.executors``), always ``shared``, so that a publisher and its
+    subscribers share one clock (docs/distributed.md).
+    """
+    if generator.engine == "spark":
+        return worker_count(generator.executors, cell.connections, 1), "shared"
+    workers = worker_count(generator.workers, cell.connections, cpus)
+    return workers, resolve_layout(generator.layout, cell)
 
 
 def resolve_layout(requested: str, cell: Cell) -> str:

@@ -27,6 +27,7 @@ from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
+from mqbench.workload.distributed import check_distributed
 from mqbench.workload.plan import worker_count
 from mqbench.workload.topology import build_topology, fault_targets
 
@@ -46,6 +47,7 @@ def preflight(
     check_clients(scenario)
     check_resources(scenario)
     check_cells(scenario, chosen)
+    check_distributed(scenario, chosen, out_root)
     if out_root is not None:
         check_disk_space(chosen, out_root)
     check_targets(scenario, chosen)
@@ -92,7 +94,8 @@ def check_cells(scenario: Scenario, cells: Sequence[Cell]) -> None:
     """Every cell's topology can be built, sharded and served by its client."""
     cpus = os.cpu_count() or 1
     for cell in cells:
-        worker_count(scenario.generator.workers, cell.connections, cpus)
+        if scenario.generator.engine == "local":
+            worker_count(scenario.generator.workers, cell.connections, cpus)
         topology = build_topology(cell, "check", scenario.seed)
         if scenario.faults is not None:
             fault_targets(topology, scenario.faults.target)

@@ -17,13 +17,14 @@ from mqbench.brokers.liveness import BrokerExit, WatchesExit
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.brokers.sampler import ResourceSampler
-from mqbench.errors import MqbenchError, ResultsWriteError, ScenarioError
+from mqbench.errors import LoadTaskLost, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts
 from mqbench.records.cell_entry import (
     BrokerExitEntry,
     CellEntry,
     CellStatus,
+    Route,
     Schedule,
     Totals,
     Window,
@@ -36,10 +37,17 @@ from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
-from mqbench.workload.plan import build_plans, process_count, resolve_layout, worker_count
+from mqbench.workload.distributed import check_cross_task, cross_task_routes, pair_count
+from mqbench.workload.plan import (
+    WorkerPlan,
+    build_plans,
+    cell_shards,
+    process_count,
+)
 from mqbench.workload.preflight import preflight
 from mqbench.workload.search import Evaluate, SearchTracker
 from mqbench.workload.selfcheck import generator_verdict
+from mqbench.workload.spark_engine import SparkStage, spark_running, stop_spark
 from mqbench.workload.topology import build_topology, fault_targets
 
 
@@ -217,6 +225,7 @@ def _run_cells(
         manifest.data.update(manifest_extra or {})
         manifest.save()
     run_tag = secrets.token_hex(3)
+    spark_was_running = scenario.generator.engine == "spark" and spark_running()
     try:
         interrupts.raise_pending()
         reporter.run_started(result_dir, cells)
@@ -246,6 +255,9 @@ def _run_cells(
             f"interrupted by {_signal_text(signum)}; records so far are flushed in {result_dir}",
             signum,
         ) from None
+    except LoadTaskLost as exc:
+        manifest.finish("interrupted", str(exc))
+        raise LoadTaskLost(f"{exc}; results in {result_dir}", exc.task) from None
     except ResultsWriteError as exc:
         reserve.release()  # room for the last manifest
         with contextlib.suppress(ResultsWriteError):
@@ -257,6 +269,8 @@ def _run_cells(
         raise
     finally:
         reserve.release()
+        if scenario.generator.engine == "spark" and not spark_was_running:
+            stop_spark()
     entries = manifest.cells
     statuses = [c.status for c in entries if c.status != "skipped"]
     status = "completed" if any(s == "completed" for s in statuses) else "failed"
@@ -282,8 +296,8 @@ def _run_cell(
         raise ResultsWriteError(
             f"cannot create {cell_dir}: {exc.strerror or exc}", path=str(cell_dir), errno=exc.errno
         ) from None
-    workers = worker_count(scenario.generator.workers, cell.connections, os.cpu_count() or 1)
-    layout = resolve_layout(scenario.generator.layout, cell)
+    distributed = scenario.generator.engine == "spark"
+    workers, layout = cell_shards(scenario.generator, cell, os.cpu_count() or 1)
     topology = build_topology(cell, run_tag, scenario.seed)
     proxied_by_design: dict[str, list[int]] = {}
     if scenario.faults is not None:
@@ -366,12 +380,14 @@ def _run_cell(
                 affected=proxied,
             )
             reporter.phase(cell, f"starting fault proxy ({scenario.faults.proxy})")
-            proxy_port = faults.start(broker.endpoint.host, broker.endpoint.port)
+            proxy_port = faults.start(
+                broker.endpoint.host, broker.endpoint.port, listen_host=scenario.broker.host
+            )
         reporter.phase(cell, f"connecting {cell.connections} clients")
         plans = build_plans(
             cell,
             topology,
-            cell_dir=str(cell_dir),
+            cell_dir=str(cell_dir.resolve()),
             transport=client,
             host=broker.endpoint.host,
             port=broker.endpoint.port,
@@ -387,6 +403,9 @@ def _run_cell(
             client_extra={"max_pending_bytes": pending_bound(scenario, cell)},
         )
         driver = faults
+        stage: SparkStage | None = None
+        if distributed:
+            stage = _spark_stage(scenario, cell, topology.routes, plans)
 
         def on_start(start_ns: int) -> None:
             # The schedule and the planned window are known now: store them before a single
@@ -411,8 +430,13 @@ def _run_cell(
             on_progress=lambda p: reporter.progress(cell, p),
             on_workers=lambda pids: sampler.add_role("generator", pids),
             on_start=on_start,
+            launcher=stage,
         )
-        outcome = coordinator.run()
+        try:
+            outcome = coordinator.run()
+        finally:
+            if stage is not None:
+                _record_clocks(cell, manifest, events, stage)
         _record_outcome(scenario, cell, manifest, outcome)
         status: CellStatus = "interrupted" if outcome.interrupted else "completed"
         entry = manifest.update_cell(cell.id, lambda c: replace(c, status=status))
@@ -424,6 +448,11 @@ def _run_cell(
             raise
         events.write(EventKind.ERROR, message=str(exc))
         failure = str(exc)
+        if isinstance(exc, LoadTaskLost):
+            # Records so far stay; the cell ends like an interruption, with the reason.
+            manifest.update_cell(cell.id, lambda c: replace(c, status="interrupted", error=failure))
+            reporter.cell_finished(cell, "interrupted", manifest.cell(cell.id))
+            raise
         with contextlib.suppress(ResultsWriteError):
             manifest.update_cell(cell.id, lambda c: replace(c, status="failed", error=failure))
         reporter.cell_finished(cell, "failed", manifest.cell(cell.id))
@@ -437,6 +466,34 @@ def _run_cell(
         raise
     finally:
         _teardown(cell_dir, events, sampler, faults, broker)
+
+
+def _spark_stage(
+    scenario: Scenario, cell: Cell, routes: list[Route], plans: list[WorkerPlan]
+) -> SparkStage:
+    """The launcher of a distributed cell (routes across tasks refused without a bound)."""
+    generator = scenario.generator
+    crossing = cross_task_routes(routes, plans)
+    check_cross_task(scenario, cell, crossing, pair_count(routes))
+    bound = generator.max_clock_error_ms
+    assert generator.master is not None  # the model requires it with engine spark
+    return SparkStage(
+        master=generator.master,
+        conf=dict(generator.spark_conf),
+        bind_host=scenario.broker.host,
+        max_clock_error_ns=None if bound is None else int(bound * 1e6),
+        crossing_routes=crossing,
+    )
+
+
+def _record_clocks(cell: Cell, manifest: Manifest, events: EventLog, stage: SparkStage) -> None:
+    """The tasks' clock offsets into the manifest; a warning when they drifted apart."""
+    clocks = stage.clocks()
+    with contextlib.suppress(ResultsWriteError):
+        manifest.update_cell(cell.id, lambda c: replace(c, clocks=clocks))
+    drift = stage.after_drift_error()
+    if drift is not None:
+        events.write(EventKind.WARNING, message=f"after the run: {drift}")
 
 
 def _teardown(

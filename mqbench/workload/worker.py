@@ -619,7 +619,7 @@ def _orphan_exit(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
 
-def _raise_open_files_limit() -> None:
+def raise_open_files_limit() -> None:
     """Use the hard open-files limit: thousands of connections need thousands of files."""
     with contextlib.suppress(ImportError, OSError, ValueError):
         import resource
@@ -641,14 +641,25 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     parent_pid = parent.pid if parent is not None else None
     if parent_pid is not None and not lifeline.die_with_parent(signal.SIGTERM, parent_pid):
         return  # the parent died before the signal was armed
-    _raise_open_files_limit()
+    raise_open_files_limit()
+    run_worker(plan, conn)
+    signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
+
+
+def run_worker(plan: WorkerPlan, conn: Connection) -> WorkerStats | None:
+    """Run ``plan`` in this process over ``conn`` until it is done; close ``conn``.
+
+    The last message on ``conn`` is ``("done", stats)`` or ``("error", ...)``; the final
+    stats are returned too (None after an error). Used by ``worker_main`` and by the tasks
+    of a distributed engine (``workload.spark_engine``).
+    """
     try:
         worker = Worker(plan, conn)
     except MqbenchError as exc:
         with contextlib.suppress(BrokenPipeError, OSError):
             conn.send(("error", str(exc)))
         conn.close()
-        return
+        return None
     try:
         try:
             import uvloop
@@ -657,14 +668,16 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
         except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
             runner = asyncio.run
         runner(worker.run())
-        signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
         if worker.failure is not None:
             worker.send_message("error", worker.failure)
-        else:
-            worker.send_message("done", worker.stats())
+            return None
+        stats = worker.stats()
+        worker.send_message("done", stats)
+        return stats
     except MqbenchError as exc:
         worker.send_message("error", str(exc))
     except Exception as exc:  # report, never hang the parent
         worker.send_message("error", f"worker {plan.worker} crashed: {type(exc).__name__}: {exc}")
     finally:
         conn.close()
+    return None

@@ -49,9 +49,16 @@ FORBIDDEN: dict[str, set[str]] = {
 ONLY_IN: dict[str, set[str]] = {
     "typer": {"cli"},
     "rich": {"cli"},
-    "pyspark": {"analysis"},
+    # workload: only workload.spark_engine, which runs load as a Spark barrier stage
+    # (checked module by module below).
+    "pyspark": {"analysis", "workload"},
 }
 """Third-party packages only some parts may import."""
+
+ONLY_MODULES: dict[str, dict[str, set[str]]] = {
+    "pyspark": {"workload": {"mqbench.workload.spark_engine"}},
+}
+"""Within a part ONLY_IN allows, the modules that may import the package."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,9 @@ def third_party_violations(imports: list[Import]) -> list[str]:
         allowed = ONLY_IN.get(top)
         if allowed is not None and part_of(imp.module) not in allowed:
             problems.append(f"{imp.module}:{imp.line} imports {imp.target}: only {allowed}")
+        modules = ONLY_MODULES.get(top, {}).get(part_of(imp.module))
+        if modules is not None and imp.module not in modules:
+            problems.append(f"{imp.module}:{imp.line} imports {imp.target}: only {modules}")
     return problems
 
 
@@ -153,6 +163,15 @@ def test_every_import_points_down_the_layers_of_the_architecture_page() -> None:
 
 def test_typer_and_rich_are_imported_only_by_the_cli_and_pyspark_only_by_the_analysis() -> None:
     assert third_party_violations(IMPORTS) == []
+
+
+def test_within_the_engine_only_the_spark_engine_may_import_pyspark() -> None:
+    allowed = Import("mqbench.workload.spark_engine", "pyspark", 1)
+    other = Import("mqbench.workload.run", "pyspark.sql", 2)
+    assert third_party_violations([allowed]) == []
+    assert third_party_violations([other]) == [
+        "mqbench.workload.run:2 imports pyspark.sql: only {'mqbench.workload.spark_engine'}"
+    ]
 
 
 def test_every_top_level_part_of_the_package_has_a_layer() -> None:

@@ -83,7 +83,7 @@ def test_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
         ("workload: {payload: 1 parsec}", r"expected a size"),
         ("workload: {duration: soon}", r"expected a duration"),
         ("workload: {qos: 3}", r"workload\.qos"),
-        ("broker: {host: 10.0.0.1}", r"not a loopback address"),
+        ("broker: {host: broker.example}", r"not an IP address"),
         ("runtime: kubernetes", r"runtime"),
     ],
 )

@@ -1,0 +1,134 @@
+"""Distributed load as a Spark barrier stage (not a test; run on demand).
+
+Part 1, start spread and clocks: runs a small pairs scenario ``--repeats`` times on a
+``local-cluster`` master and prints, per run, the barrier start spread (max - min of the
+tasks' barrier exits on the driver's clock) and each task's clock offset to the driver
+before and after the run, with its error bound (RTT/2 of the fastest probe).
+
+Part 2 (``--pairs N``, e.g. 4500): N pairs per executor at 1 msg/s through the Spark engine
+(2 executors x 4,500 pairs = 18,000 connections; every process here, the broker included,
+is capped at 20,000 open files) against one local run of the same scenario with two local
+worker processes; prints sent, received, loss and latency of both, side by side.
+
+    .venv/bin/python benchmarks/spark_load.py
+    .venv/bin/python benchmarks/spark_load.py --repeats 1 --pairs 4500 --target nats
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mqbench.analysis.numpy_ref import analyze_cell_numpy
+from mqbench.scenario.loader import validate_scenario
+from mqbench.workload.run import RunResult, SilentReporter, run_scenario
+from mqbench.workload.spark_engine import spark_context, stop_spark
+
+MASTER = "local-cluster[2,1,1024]"
+CONF = {"spark.executor.memory": "1g"}
+
+
+def scenario(target: str, pairs: int, rate: float, duration: str, generator: dict[str, Any]) -> Any:
+    data = {
+        "name": "spark-load-bench",
+        "targets": [target],
+        "workload": {
+            "topology": "pairs",
+            "pairs": pairs,
+            "rate": rate,
+            "payload": 64,
+            "qos": 0,
+            "warmup": "5s",
+            "duration": duration,
+            "drain": "5s",
+            "connect_rate": 0,
+        },
+        "generator": {"connect_timeout": "60s", **generator},
+        "seed": 1,
+    }
+    return validate_scenario(data, "bench.yaml"), data
+
+
+def run(
+    target: str, pairs: int, rate: float, duration: str, generator: dict[str, Any], out: Path
+) -> RunResult:
+    model, data = scenario(target, pairs, rate, duration, generator)
+    return run_scenario(
+        model,
+        scenario_file="bench.yaml",
+        scenario_data=data,
+        out_root=out,
+        argv=["benchmarks/spark_load.py"],
+        reporter=SilentReporter(),
+    )
+
+
+def describe(label: str, result: RunResult) -> None:
+    cell = result.cells[0]
+    totals = cell.totals
+    line = f"{label}: status={cell.status}"
+    if totals is not None:
+        line += f" sent={totals.sent} received={totals.received}"
+    if cell.status == "completed":
+        summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell.id)
+        line += f" | window: sent={summary.sent} received={summary.received} "
+        line += f"loss={summary.loss_pct}%"
+        if summary.latency is not None:
+            line += f" p50={summary.latency.p50_us:.0f} us p99={summary.latency.p99_us:.0f} us"
+    else:
+        line += f" error={cell.error}"
+    print(line, flush=True)
+
+
+def print_clocks(result: RunResult) -> None:
+    manifest = json.loads((result.result_dir / "manifest.json").read_text())
+    clocks = manifest["cells"][0]["clocks"]
+    print(f"  barrier start spread: {clocks['start_spread_ns'] / 1e6:.3f} ms")
+    for task in clocks["tasks"]:
+        text = f"  task {task['task']} (pid {task['pid']}): offset before {_us(task['before'])}"
+        if task["after"] is not None:
+            text += f", after {_us(task['after'])}"
+        print(text, flush=True)
+
+
+def _us(offset: dict[str, int]) -> str:
+    return f"{offset['offset_ns'] / 1e3:+.1f} us ±{offset['error_ns'] / 1e3:.1f} us"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="nats")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=0, help="pairs per executor (part 2)")
+    parser.add_argument("--duration", default="20s")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    spark = {"engine": "spark", "master": MASTER, "spark_conf": CONF}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        spark_context(MASTER, CONF, "127.0.0.1")
+        try:
+            for i in range(args.repeats):
+                result = run(args.target, 20, 10, "5s", spark, out)
+                describe(f"part 1, run {i + 1}: spark 2 tasks x 10 pairs", result)
+                print_clocks(result)
+            if args.pairs:
+                total = 2 * args.pairs
+                result = run(args.target, total, 1, args.duration, spark, out)
+                describe(f"part 2: spark 2 tasks x {args.pairs} pairs @ 1 msg/s", result)
+                if result.cells[0].clocks is not None:
+                    print_clocks(result)
+                print(f"load average: {os.getloadavg()}", flush=True)
+                local = run(args.target, total, 1, args.duration, {"workers": 2}, out)
+                describe(f"part 2: local 2 workers, {total} pairs @ 1 msg/s", local)
+        finally:
+            stop_spark()
+    print(f"load average after: {os.getloadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
