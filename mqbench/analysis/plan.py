@@ -79,6 +79,8 @@ class CellPlan:
     """Sends fail by design in this cell (faults on publishers, publisher churn)."""
     clipped_for_records: bool = False
     """The window end was moved to before an unclosed record file's last checkpoint."""
+    latency_error_ms: float | None = None
+    """Clock error bound added to every latency (routes across load tasks), else None."""
 
     @property
     def window_ns(self) -> int:
@@ -297,7 +299,16 @@ def build_plan(
         broker_exit=entry.broker_exit,
         send_failures_expected=bool(entry.send_failures_expected),
         clipped_for_records=clipped_for_records,
+        latency_error_ms=_latency_error_ms(entry),
     )
+
+
+def _latency_error_ms(entry: CellEntry) -> float | None:
+    """The clock bound a distributed cell's latencies carry (``cells[].clocks``)."""
+    clocks = entry.clocks
+    if clocks is None or not clocks.cross_task_routes:
+        return None
+    return clocks.latency_error_ns / 1e6
 
 
 def chunks_of(plan_index: int, plan: CellPlan, chunk_records: int) -> list[Chunk]:

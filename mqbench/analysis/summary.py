@@ -36,8 +36,8 @@ from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import GeneratorVerdict
 from mqbench.records.worker_stats import WorkerStats
 
-SUMMARY_SCHEMA_VERSION: Final = 3
-READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3)
+SUMMARY_SCHEMA_VERSION: Final = 4
+READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3, 4)
 """Versions :meth:`CellSummary.from_dict` reads; older ones lack the fields added later."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
@@ -165,6 +165,10 @@ class CellSummary:
     record_issues: list[str] = dataclasses.field(default_factory=list)
     latency_verdict: str = "n/a"
     latency_reason: str | None = None
+    # Added in schema version 4.
+    latency_error_ms: float | None = None
+    """Clock error bound (ms) on every latency of the cell when routes crossed the clocks
+    of two load tasks (distributed load); None when every latency used one clock."""
 
     @property
     def latency_generator_bound(self) -> bool:
@@ -179,7 +183,7 @@ class CellSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
-        """Inverse of :meth:`to_dict`; reads versions 1 to 3 (AnalysisError otherwise).
+        """Inverse of :meth:`to_dict`; reads versions 1 to 4 (AnalysisError otherwise).
 
         An older summary gets the defaults of the fields added since and the current
         ``schema_version``; an invalid one without typed reasons gets its generator reason;
@@ -346,6 +350,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         approx_rel_error=approx_rel_error(plan.approx_bits),
         latency_verdict=latency_verdict.kind,
         latency_reason=latency_verdict.reason,
+        latency_error_ms=plan.latency_error_ms,
         unsent=unsent,
         expected_scheduled=scheduled_deliveries,
         loss_sent_pct=_pct(lost, scheduled_deliveries),
@@ -443,7 +448,7 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
 
 
 SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    ("schema_version", "int", "-", "summary schema version (3)"),
+    ("schema_version", "int", "-", "summary schema version (4)"),
     ("cell_id", "str", "-", "cell id from the manifest"),
     ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
     ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
@@ -557,5 +562,12 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
         "latency p99: the generator, not the broker, shaped the latency) or `n/a`",
     ),
     ("latency_reason", "str", "-", "the figures behind `generator-bound` (else null)"),
+    (
+        "latency_error_ms",
+        "float",
+        "ms",
+        "clock error bound on every latency when routes crossed two load tasks' clocks "
+        "(`generator.engine: spark`, `cells[].clocks.latency_error_ns`); null: one clock",
+    ),
 )
 """(field, type, unit, meaning) rows documented in docs/results.md."""

@@ -73,6 +73,8 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
             latency = "[green]ok[/]"
         else:
             latency = "-"
+        if s.latency_error_ms is not None:
+            latency += f" ±{s.latency_error_ms:.3f} ms clock error (routes across load tasks)"
         loss = _num(s.loss_pct, "{:.3f}")
         if s.loss_pct:
             loss = f"[red]{loss}[/]"

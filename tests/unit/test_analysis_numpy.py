@@ -264,3 +264,35 @@ def test_failed_cells_are_skipped_and_cannot_be_requested(tmp_path: Path) -> Non
     assert [s.cell_id for s in analyze_run(tmp_path, engine="numpy")] == ["ok"]
     with pytest.raises(AnalysisError, match="status 'failed'"):
         analyze_run(tmp_path, engine="numpy", cells=["bad"])
+
+
+def clocks(cross_task_routes: int, latency_error_ns: int) -> dict[str, object]:
+    task = {
+        "task": 0,
+        "host": "h",
+        "pid": 9,
+        "before": {"offset_ns": 1, "error_ns": 2, "rtt_ns": 4, "probes": 16},
+        "after": {"offset_ns": 1, "error_ns": 2, "rtt_ns": 4, "probes": 16},
+        "barrier_ns": 7,
+    }
+    return {
+        "version": 1,
+        "engine": "spark",
+        "master": "local-cluster[2,1,1024]",
+        "tasks": [task],
+        "cross_task_routes": cross_task_routes,
+        "latency_error_ns": latency_error_ns,
+    }
+
+
+def test_routes_across_load_tasks_carry_the_clock_bound_into_the_summary(
+    tmp_path: Path,
+) -> None:
+    rows = [(intended(0, s), 10, 0, 0, s) for s in range(100)]
+    cell = make_cell(tmp_path, deliveries=[records(rows)], sends=[sends_ok(1, range(100))])
+    folder = tmp_path / "cells" / "c0"
+    assert analyze_cell_numpy(cell, folder).latency_error_ms is None  # one clock
+    across = analyze_cell_numpy({**cell, "clocks": clocks(3, 250_000)}, folder)
+    assert across.latency_error_ms == 0.25
+    within = analyze_cell_numpy({**cell, "clocks": clocks(0, 0)}, folder)
+    assert within.latency_error_ms is None
