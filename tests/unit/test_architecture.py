@@ -233,6 +233,7 @@ ENGINE_DOORS: frozenset[str] = frozenset(
         "mqbench.brokers.sampler",
         "mqbench.brokers.profiles",
         "mqbench.brokers.native_profiles",
+        "mqbench.brokers.tls_material",
         "mqbench.faults.driver",
     }
 )
