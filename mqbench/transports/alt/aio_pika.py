@@ -128,8 +128,10 @@ class AioPikaClient:
             ) from None
         except OSError as exc:
             await self._drop()
+            # aiormq re-raises a socket or TLS error as AMQPConnectionError(*args) from it
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
             raise TransportError(
-                f"cannot connect to {self._where}: {describe_oserror(exc)}",
+                f"cannot connect to {self._where}: {describe_oserror(cause)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiormq.exceptions.AMQPError as exc:

@@ -107,8 +107,9 @@ class AiomqttClient:
             # A CONNACK with a failure code (e.g. bad user name or password).
             reason = re.sub(r"^\[code:\d+\]\s*", "", str(exc))
             raise TransportError(
-                f"{self._where} refused the connection of {options.client_id!r}: {reason} "
-                f"(CONNACK code {exc.rc})",
+                f"{self._where} refused the connection of {options.client_id!r}"
+                f"{'' if options.username is None else f' (user {options.username!r})'}: "
+                f"{reason} (CONNACK code {exc.rc})",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiomqtt.MqttError as exc:

@@ -109,8 +109,15 @@ class NatsPyClient:
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except Exception as exc:
+            user = self._options.username
+            # A server's -ERR during the handshake (nats.errors.Error, not a socket error)
+            # is a refusal of this login.
+            login_refused = isinstance(exc, nats_errors.Error) and not isinstance(
+                exc, nats_errors.NoServersError
+            )
+            who = f" (user {user!r})" if user is not None and login_refused else ""
             raise TransportError(
-                f"cannot connect to nats at {self._where}: {self._describe(exc)}",
+                f"cannot connect to nats at {self._where}: {self._describe(exc)}{who}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)

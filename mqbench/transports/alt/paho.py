@@ -53,6 +53,10 @@ CAPABILITIES = TransportCapabilities(
 """What the paho client can do."""
 
 
+def _user(username: str | None) -> str:
+    return f" (user {username!r})" if username is not None else ""
+
+
 class PahoTransport:
     """Creates :class:`PahoClient` instances."""
 
@@ -144,8 +148,8 @@ class PahoClient:
         if code != 0:
             await self._stop_loop()
             raise TransportError(
-                f"{self._where} refused the connection of {self._options.client_id!r}: "
-                f"{text} (CONNACK reason code {code})",
+                f"{self._where} refused the connection of {self._options.client_id!r}"
+                f"{_user(self._options.username)}: {text} (CONNACK reason code {code})",
                 TransportErrorKind.CONNECT_FAILED,
             )
         self._emit("connected", {"client_id": self._options.client_id})

@@ -101,7 +101,8 @@ class RedisPyClient:
         except redis_errors.RedisError as exc:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: {_describe(exc)}",
+                f"cannot connect to redis at {self._where}: {_describe(exc)}"
+                f"{_user(self._options.username, exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
@@ -237,6 +238,13 @@ class RedisPyClient:
         handler = self._options.on_event
         if handler is not None:
             handler(kind, details)
+
+
+def _user(username: str | None, exc: BaseException) -> str:
+    """`` (user 'name')`` after a refused login, else nothing."""
+    if username is None or not isinstance(exc, redis_errors.AuthenticationError):
+        return ""
+    return f" (user {username!r})"
 
 
 def _describe(exc: BaseException) -> str:
