@@ -16,6 +16,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SECRET = "Qx9-integration-secret-7d1f"
+CLI = [sys.executable, "-m", "mqbench.cli"]
 TARGETS = ["mosquitto", "nats", "redis", "rabbitmq-mqtt", "rabbitmq-amqp", "tbmq-style"]
 """Every protocol the native brokers speak with TLS and credentials (zenoh: TLS only)."""
 
@@ -52,7 +53,7 @@ def secured_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     env.pop("MQBENCH_DEBUG", None)
     before = _private_dirs()
     proc = subprocess.run(
-        [sys.executable, "-m", "mqbench.cli", "run", str(scenario), "--out", str(out)],
+        [*CLI, "run", str(scenario), "--out", str(out)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -108,3 +109,26 @@ def test_the_private_directory_with_keys_and_password_files_is_removed(secured_r
 
 def _private_dirs() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("mqbench-private-*"))
+
+
+def test_zenoh_delivers_over_tls_with_client_certificates(tmp_path: Path) -> None:
+    scenario = tmp_path / "zenoh-tls.yaml"
+    scenario.write_text(
+        "name: zenoh-tls\ntargets: [zenoh]\nsecurity: {tls: true, client_cert: true}\n"
+        "workload: {pairs: 2, rate: 20, payload: 64, duration: 2s, warmup: 1s, drain: 2s}\n"
+    )
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [*CLI, "run", str(scenario), "--out", str(out), "--no-analyze"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (result_dir,) = (out / "zenoh-tls").iterdir()
+    manifest = json.loads((result_dir / "manifest.json").read_text())
+    (cell,) = manifest["cells"]
+    assert cell["broker"]["settings"]["listen/endpoints"][0].startswith("tls/")
+    assert cell["totals"]["sent"] > 0
+    assert cell["totals"]["received"] == cell["totals"]["sent"]
