@@ -8,6 +8,7 @@ import ipaddress
 import json
 import ssl
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from mqbench.brokers.definitions.nats import NatsSpec
 from mqbench.brokers.definitions.rabbitmq import RabbitMqSpec
 from mqbench.brokers.definitions.redis import RedisSpec
 from mqbench.brokers.definitions.tbmq_style import TbmqStyleSpec
+from mqbench.brokers.definitions.zenoh import ZenohSpec
 from mqbench.brokers.docker import DockerRuntime
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec
@@ -292,3 +294,18 @@ def test_a_client_tls_file_that_cannot_be_loaded_is_named(tmp_path: Path) -> Non
     missing = str(tmp_path / "nope.pem")
     with pytest.raises(TransportError, match=f"cannot load TLS files \\({missing}\\)"):
         tls_context(ClientTls(ca_file=missing))
+
+
+def test_the_zenoh_router_listens_on_tls_with_the_run_certificate_and_refuses_users(
+    tmp_path: Path, material: TlsMaterial
+) -> None:
+    spec = ZenohSpec()
+    security = BrokerSecurity(tmp_path / "private", material, True, None, None)
+    plan = spec.prepare_secured(Path(sys.executable), tmp_path, "127.0.0.1", 7448, {}, security)
+    assert plan.settings["listen/endpoints"] == ["tls/127.0.0.1:7448"]
+    assert plan.settings["transport/link/tls/listen_certificate"] == str(material.server_cert)
+    assert plan.settings["transport/link/tls/enable_mtls"] is True
+    assert plan.ready_check is not None
+    with_user = BrokerSecurity(tmp_path / "private", material, False, "bob", SECRET)
+    with pytest.raises(BrokerError, match=r"security\.auth is not supported: mqbench does not"):
+        spec.prepare_secured(Path(sys.executable), tmp_path, "127.0.0.1", 7448, {}, with_user)
