@@ -20,8 +20,10 @@ wins; with a credentials file a CONNECT that matches no entry is refused (not au
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
+import ssl
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -133,6 +135,15 @@ class BrokerConfig:
     app_pattern: str | None = None
     """Client ids (regex, full match) that are APPLICATION clients (checked first)."""
     credentials_file: Path | None = None
+    username: str | None = None
+    """With ``password_file``: the one user name every CONNECT must carry."""
+    password_file: Path | None = None
+    """File whose first line is the password every CONNECT must carry (with ``username``)."""
+    tls_cert_file: Path | None = None
+    """PEM server certificate: the listener speaks TLS (with ``tls_key_file``)."""
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    """PEM CA: clients must present a certificate it signed."""
     messages_limit: int = 10_000
     """Persisted messages kept per DEVICE client (TBMQ's default 10000; at most 65535)."""
     message_ttl_s: int = 600
@@ -189,6 +200,39 @@ class BrokerConfig:
             raise UsageError(f"app queue limit must be > 0, got {self.app_queue_limit}")
         compile_pattern(self.device_pattern, "--device-pattern")
         compile_pattern(self.app_pattern, "--app-pattern")
+        if (self.username is None) != (self.password_file is None):
+            raise UsageError("--username and --password-file go together")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise UsageError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+
+    def login(self) -> tuple[str, bytes] | None:
+        """The required (user name, password), read from ``password_file``; None: any."""
+        if self.username is None or self.password_file is None:
+            return None
+        try:
+            lines = self.password_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise UsageError(f"cannot read password file {self.password_file}: {why}") from None
+        if not lines or not lines[0]:
+            raise UsageError(f"password file {self.password_file}: the first line is empty")
+        return self.username, lines[0].encode("utf-8")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The listener's TLS context (None: plain TCP); UsageError naming a bad file."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
+            if self.tls_client_ca_file is not None:
+                context.load_verify_locations(cafile=str(self.tls_client_ca_file))
+                context.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"cannot load the TLS certificate or key: {exc}") from None
+        return context
 
 
 class ClientClassifier:
@@ -199,8 +243,11 @@ class ClientClassifier:
         device_pattern: str | None = None,
         app_pattern: str | None = None,
         credentials: list[Credential] | None = None,
+        login: tuple[str, bytes] | None = None,
     ) -> None:
-        """Patterns are regular expressions matched in full against client ids."""
+        """Patterns are regular expressions matched in full against client ids; ``login``
+        (user name, password) is required of every client when given."""
+        self._login = login
         self._device = compile_pattern(device_pattern, "--device-pattern")
         self._app = compile_pattern(app_pattern, "--app-pattern")
         self._credentials = credentials
@@ -209,12 +256,18 @@ class ClientClassifier:
     def from_config(cls, config: BrokerConfig) -> ClientClassifier:
         """Build from a config (reads the credentials file)."""
         creds = load_credentials(config.credentials_file) if config.credentials_file else None
-        return cls(config.device_pattern, config.app_pattern, creds)
+        return cls(config.device_pattern, config.app_pattern, creds, config.login())
 
     def classify(
         self, client_id: str, username: str | None, password: bytes | None
     ) -> ClientType | None:
-        """The client's type, or None when the credentials file refuses it."""
+        """The client's type, or None when the login or the credentials file refuses it."""
+        if self._login is not None and not (
+            username == self._login[0]
+            and password is not None
+            and hmac.compare_digest(password, self._login[1])
+        ):
+            return None
         if self._credentials is not None:
             for entry in self._credentials:
                 if entry.matches(client_id, username, password):

@@ -77,7 +77,8 @@ def serve_until_stopped(
         on_ready(
             f"mqbench broker listening on {config.host}:{broker.port} "
             f"(persistence {config.persistence}, app queue {config.app_queue}, "
-            f"loop {loop_name})"
+            f"loop {loop_name}{', TLS' if config.tls_cert_file else ''}"
+            f"{', login required' if config.username else ''})"
         )
 
     run_async(lambda: serve(config, ready), config.uvloop)

@@ -105,6 +105,7 @@ class Broker:
                 self.config.port,
                 reuse_address=True,
                 backlog=4096,
+                ssl=self.config.ssl_context(),
             )
         except OSError as exc:
             await self.device_ops.close()

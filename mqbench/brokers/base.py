@@ -16,6 +16,7 @@ from mqbench.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from mqbench.brokers.sampler import SampleSource
+    from mqbench.brokers.tls_material import TlsMaterial
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,40 @@ class HasResourceSource(Protocol):
 
 
 @dataclass(frozen=True)
+class BrokerSecurity:
+    """TLS and credentials a runtime configures the broker with (scenario ``security``).
+
+    Every file a runtime writes for it (password files, secret config fragments) goes into
+    ``private_dir``, which lies outside the result folder and is removed after the run;
+    nothing here is ever written into the manifest except through :meth:`describe`.
+    """
+
+    private_dir: Path
+    """A directory only this user can read (0700), outside the result folder."""
+    tls: TlsMaterial | None = None
+    """The run's CA and server certificate; None: plain TCP."""
+    require_client_cert: bool = False
+    """The broker refuses clients without a certificate signed by the CA."""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def auth(self) -> bool:
+        """True when the broker must require the user name and password."""
+        return self.username is not None and self.password is not None
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records: what is on, the user name, certificate facts."""
+        return {
+            "tls": self.tls is not None,
+            "auth": self.auth,
+            "username": self.username,
+            "client_certificate_required": self.require_client_cert,
+            "certificates": self.tls.describe() if self.tls is not None else None,
+        }
+
+
+@dataclass(frozen=True)
 class StartRequest:
     """What the engine asks of a runtime for one cell."""
 
@@ -80,6 +115,8 @@ class StartRequest:
     outlive_mqbench: bool = False
     """Keep the broker running after mqbench exits (``mqbench brokers up``); otherwise it
     dies with mqbench (``mqbench/process/lifeline.py``)."""
+    security: BrokerSecurity | None = None
+    """TLS and/or credentials to configure (None: plain TCP, no authentication)."""
 
 
 class Runtime(Protocol):
@@ -94,6 +131,11 @@ class Runtime(Protocol):
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
         """Raise ``BrokerError`` for a broker option this runtime or broker does not know
         (the pre-flight asks before anything starts; ``start`` refuses the same)."""
+        ...
+
+    def check_security(self, target: str, tls: bool, auth: bool) -> None:
+        """Raise ``BrokerError`` (one line, the reason) when this runtime cannot run
+        ``target`` with TLS or authentication (asked by the pre-flight)."""
         ...
 
     def start(self, request: StartRequest) -> RunningBroker:

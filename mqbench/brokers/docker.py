@@ -424,8 +424,18 @@ class DockerRuntime:
                 f"(known: {', '.join(sorted(known))})"
             )
 
+    def check_security(self, target: str, tls: bool, auth: bool) -> None:
+        """The compose files run brokers without TLS or users: refused (docs/brokers.md)."""
+        if tls or auth:
+            raise BrokerError(
+                f"the docker runtime does not configure TLS or authentication for {target}; "
+                "use runtime: native, or runtime: external with a broker you configured"
+            )
+
     def start(self, request: StartRequest) -> DockerBroker:
         """Start the target's compose project and return once it is healthy."""
+        if request.security is not None:
+            self.check_security(request.target, request.security.tls is not None, True)
         availability = self.availability(request.target)
         if not availability.available:
             raise BrokerError(f"{request.target}: {availability.reason}")

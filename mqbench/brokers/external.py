@@ -74,6 +74,11 @@ class ExternalRuntime:
                 f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
             )
 
+    def check_security(self, target: str, tls: bool, auth: bool) -> None:
+        """Nothing to refuse: the broker's owner configured its TLS and users; the clients
+        use the scenario's CA, certificate and credentials."""
+        get_target(target)
+
     def start(self, request: StartRequest) -> ExternalBroker:
         """Check that the broker accepts TCP connections within ``startup_timeout_s``."""
         target = get_target(request.target)
@@ -98,4 +103,6 @@ class ExternalRuntime:
             "port": port,
             "pid": pid,
         }
+        if request.security is not None:
+            info["security"] = request.security.describe()
         return ExternalBroker(Endpoint(host, port), pid, info)

@@ -50,6 +50,8 @@ class MavenJvmSpec(NativeSpec):
 
     executable = "java"
     install_hint = maven.INSTALL_HINT
+    no_tls = "a Java broker's TLS listener needs a keystore, which mqbench does not make yet"
+    no_auth = "a Java broker's users live in its own realm, which mqbench does not configure yet"
     distribution: maven.JavaDistribution
 
     def find_binary(self) -> Path | None:

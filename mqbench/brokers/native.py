@@ -32,7 +32,7 @@ import psutil
 from mqbench.brokers.base import Availability, StartRequest
 from mqbench.brokers.liveness import ExitCallback, ProcessExitWatch
 from mqbench.brokers.native_profiles import NativeLimiter, split_profile
-from mqbench.brokers.native_spec import NativeSpec
+from mqbench.brokers.native_spec import NativeSpec, ReadyCheck
 from mqbench.brokers.net import free_port, port_in_use
 from mqbench.brokers.registry import Target, get_definition, get_target, native_specs
 from mqbench.endpoint import Endpoint
@@ -301,6 +301,10 @@ class NativeRuntime:
             return Availability(False, self._missing_binary_reason(spec))
         return Availability(True)
 
+    def check_security(self, target: str, tls: bool, auth: bool) -> None:
+        """The target's spec can configure TLS / users (``NativeSpec.check_security``)."""
+        self.spec_for(target).check_security(tls, auth)
+
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
         """The broker's own options (a resources profile is the runtime's, not the broker's)."""
         _, rest = split_profile(options)
@@ -340,7 +344,12 @@ class NativeRuntime:
         self, spec: NativeSpec, binary: Path, request: StartRequest, port: int, auto_port: bool
     ) -> NativeBroker:
         limiter, options = NativeLimiter.from_options(request.options)
-        plan = spec.prepare(binary, request.workdir, request.host, port, options)
+        if request.security is None:
+            plan = spec.prepare(binary, request.workdir, request.host, port, options)
+        else:
+            plan = spec.prepare_secured(
+                binary, request.workdir, request.host, port, options, request.security
+            )
         version = spec.version(binary)
         argv = plan.argv
         if limiter is not None:
@@ -393,6 +402,8 @@ class NativeRuntime:
             "settings": dict(plan.settings),
             "resources": limiter.describe() if limiter is not None else None,
         }
+        if request.security is not None:
+            info["security"] = request.security.describe()
         on_stopped = None
         if limiter is not None:
             on_stopped = _releaser(limiter, info)
@@ -406,7 +417,15 @@ class NativeRuntime:
             on_stopped=on_stopped,
         )
         try:
-            self._wait_ready(spec, broker, process, request, port, auto_port)
+            self._wait_ready(
+                plan.ready_check or spec.check_ready,
+                spec,
+                broker,
+                process,
+                request,
+                port,
+                auto_port,
+            )
         except BaseException:
             broker.stop()
             raise
@@ -415,6 +434,7 @@ class NativeRuntime:
 
     def _wait_ready(
         self,
+        ready: ReadyCheck,
         spec: NativeSpec,
         broker: NativeBroker,
         process: subprocess.Popen[bytes],
@@ -438,6 +458,6 @@ class NativeRuntime:
                     f"{spec.name} did not become ready on {request.host}:{port} within "
                     f"{request.startup_timeout_s:g} s: {tail or '(no log)'}"
                 )
-            if spec.check_ready(request.host, port, min(remaining, 1.0)):
+            if ready(request.host, port, min(remaining, 1.0)):
                 return
             time.sleep(min(POLL_INTERVAL_S, max(deadline - time.monotonic(), 0.0)))

@@ -14,10 +14,16 @@ import re
 import shutil
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mqbench.brokers.base import BrokerSecurity
+
+ReadyCheck = Callable[[str, int, float], bool]
+"""``(host, port, timeout_s) -> ready``: one bounded protocol-level probe."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class LaunchPlan:
     config_text: str
     settings: dict[str, Any] = field(default_factory=dict)
     """Settings that change benchmark results (queue limits, buffers, user, ...)."""
+    ready_check: ReadyCheck | None = None
+    """This instance's readiness probe when it differs from the spec's ``check_ready``
+    (a TLS listener needs a TLS probe)."""
 
 
 class NativeSpec(ABC):
@@ -42,6 +51,37 @@ class NativeSpec(ABC):
     """A command that installs the executable, shown when it is missing."""
     option_defaults: Mapping[str, Any] = {}
     """The broker options (``broker.options``) this spec knows, with their defaults."""
+    no_tls: str = "mqbench does not configure TLS for this broker"
+    """Why ``prepare_secured`` cannot give this broker a TLS listener ('' when it can)."""
+    no_auth: str = "mqbench does not configure users for this broker"
+    """Why ``prepare_secured`` cannot make this broker require a password ('' when it can)."""
+
+    def check_security(self, tls: bool, auth: bool) -> None:
+        """BrokerError with the one-line reason when TLS or auth is asked and not supported."""
+        from mqbench.errors import BrokerError
+
+        if tls and self.no_tls:
+            raise BrokerError(f"{self.name}: tls: true is not supported: {self.no_tls}")
+        if auth and self.no_auth:
+            raise BrokerError(f"{self.name}: security.auth is not supported: {self.no_auth}")
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """Like ``prepare``, with a TLS listener and/or required credentials.
+
+        Files holding secrets go into ``security.private_dir``, never into ``workdir``
+        (which lies in the result folder); the returned plan's ``config_text`` and
+        ``settings`` name no secret. The default refuses (``check_security``).
+        """
+        self.check_security(security.tls is not None, security.auth)
+        return self.prepare(binary, workdir, host, port, options)
 
     def candidate_paths(self) -> Iterable[Path]:
         """Places to look for the executable besides ``PATH`` (in order)."""

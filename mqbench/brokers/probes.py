@@ -12,8 +12,10 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import struct
 import time
+from pathlib import Path
 
 from mqbench.brokers.net import recv_exactly, recv_line, tcp_connect
 
@@ -32,6 +34,34 @@ def mqtt_connect_packet(client_id: str, keepalive_s: int = 60) -> bytes:
     return bytes([0x10, remaining]) + variable + payload
 
 
+def probe_tls_context(
+    ca_file: Path, cert_file: Path | None = None, key_file: Path | None = None
+) -> ssl.SSLContext:
+    """A client context that verifies the broker with ``ca_file`` (plus a client cert)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    if cert_file is not None and key_file is not None:
+        context.load_cert_chain(str(cert_file), str(key_file))
+    return context
+
+
+def _open(
+    host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None
+) -> socket.socket | None:
+    """A TCP (or, with ``tls``, TLS) connection within ``timeout_s``; None on failure."""
+    sock = tcp_connect(host, port, timeout_s)
+    if sock is None or tls is None:
+        return sock
+    return _upgrade(sock, host, tls)
+
+
+def _upgrade(sock: socket.socket, host: str, tls: ssl.SSLContext) -> socket.socket | None:
+    try:
+        return tls.wrap_socket(sock, server_hostname=host)
+    except OSError:  # ssl.SSLError included: not ready, or a TLS problem
+        _close(sock, shutdown=False)
+        return None
+
+
 def _close(sock: socket.socket, shutdown: bool = True) -> None:
     if shutdown:
         with contextlib.suppress(OSError):
@@ -40,14 +70,14 @@ def _close(sock: socket.socket, shutdown: bool = True) -> None:
         sock.close()
 
 
-def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
+def mqtt_probe(host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None = None) -> bool:
     """Send an MQTT 3.1.1 CONNECT and expect a CONNACK (``20 02 ..``), any return code.
 
     A CONNACK that refuses the probe (e.g. "not authorized" when a config disables
     anonymous access) still proves the broker is up and speaking MQTT.
     """
     deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
+    sock = _open(host, port, timeout_s, tls)
     if sock is None:
         return False
     try:
@@ -64,10 +94,10 @@ def mqtt_probe(host: str, port: int, timeout_s: float) -> bool:
         _close(sock)
 
 
-def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
+def amqp_probe(host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None = None) -> bool:
     """Send the AMQP 0-9-1 protocol header and expect ``Connection.Start`` on channel 0."""
     deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
+    sock = _open(host, port, timeout_s, tls)
     if sock is None:
         return False
     try:
@@ -81,8 +111,11 @@ def amqp_probe(host: str, port: int, timeout_s: float) -> bool:
         _close(sock, shutdown=False)
 
 
-def nats_probe(host: str, port: int, timeout_s: float) -> bool:
+def nats_probe(host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None = None) -> bool:
     """Read the server's ``INFO`` line, then ``CONNECT`` + ``PING`` and expect ``PONG``.
+
+    With ``tls`` the connection is upgraded after the plain ``INFO`` (as NATS clients do
+    when the server says ``tls_required``).
 
     ``-ERR 'Authorization Violation'`` (a config that requires credentials) also counts
     as ready: the server answered the protocol.
@@ -96,6 +129,11 @@ def nats_probe(host: str, port: int, timeout_s: float) -> bool:
         if not info.startswith(b"INFO "):
             return False
         json.loads(info[5:])
+        if tls is not None:
+            upgraded = _upgrade(sock, host, tls)
+            if upgraded is None:
+                return False
+            sock = upgraded
         sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"name":"mqbench-ready"}\r\n')
         sock.sendall(b"PING\r\n")
         reply = recv_line(sock, deadline)
@@ -106,14 +144,14 @@ def nats_probe(host: str, port: int, timeout_s: float) -> bool:
         _close(sock)
 
 
-def redis_probe(host: str, port: int, timeout_s: float) -> bool:
+def redis_probe(host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None = None) -> bool:
     """Send ``PING`` and expect ``+PONG``.
 
     ``-NOAUTH`` (a password is configured) also counts: the server answered RESP.
     ``-LOADING`` does not.
     """
     deadline = time.monotonic() + timeout_s
-    sock = tcp_connect(host, port, timeout_s)
+    sock = _open(host, port, timeout_s, tls)
     if sock is None:
         return False
     try:

@@ -59,6 +59,24 @@ def serve(
             help="JSON credentials with client types; enforced when given.",
         ),
     ] = None,
+    username: Annotated[
+        str | None,
+        typer.Option("--username", help="Require this user name (with --password-file)."),
+    ] = None,
+    password_file: Annotated[
+        Path | None,
+        typer.Option("--password-file", help="File whose first line is the required password."),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="PEM server certificate: listen with TLS.")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")
+    ] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option("--tls-client-ca", help="PEM CA: require client certificates it signed."),
+    ] = None,
     messages_limit: Annotated[
         int,
         typer.Option("--messages-limit", help="Persisted messages per DEVICE client (<= 65535)."),
@@ -106,6 +124,11 @@ def serve(
             device_pattern=device_pattern,
             app_pattern=app_pattern,
             credentials_file=credentials_file,
+            username=username,
+            password_file=password_file,
+            tls_cert_file=tls_cert,
+            tls_key_file=tls_key,
+            tls_client_ca_file=tls_client_ca,
             messages_limit=messages_limit,
             message_ttl_s=message_ttl,
             max_inflight=max_inflight,

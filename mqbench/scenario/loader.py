@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from mqbench.errors import ScenarioError, UsageError
 from mqbench.scenario.model import Scenario
+from mqbench.scenario.security import is_secret_name, redact
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -142,9 +143,13 @@ def describe_validation_error(exc: ValidationError) -> str:
     else:
         message = first["msg"].removeprefix("Value error, ")
         value = first.get("input")
-        shown = (
-            "" if isinstance(value, dict | list) and len(repr(value)) > 40 else f" (got {value!r})"
-        )
+        secret = any(isinstance(p, str) and is_secret_name(p) for p in first["loc"])
+        if secret or (isinstance(value, dict | list) and redact(value) != value):
+            shown = ""  # never echo a secret
+        elif isinstance(value, dict | list) and len(repr(value)) > 40:
+            shown = ""
+        else:
+            shown = f" (got {value!r})"
         text = f"{key}: {message}{shown}"
     if len(errors) > 1:
         text += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"

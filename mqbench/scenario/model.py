@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mqbench.records.format import HEADER_SIZE
+from mqbench.scenario.security import Security
 from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
 
@@ -444,6 +445,7 @@ class Scenario(_Strict):
     faults: Faults | None = None
     generator: Generator = Generator()
     broker: BrokerOptions = BrokerOptions()
+    security: Security = Security()
     repeat: int = Field(default=1, ge=1, le=1000)
     seed: int = 1
 
@@ -468,6 +470,7 @@ class Scenario(_Strict):
             )
         if self.faults is not None:
             self._check_faults(self.faults)
+        self._check_security(self.security)
         if self.search is not None:
             axis = self.search.axis
             topology = self.workload.topology
@@ -476,6 +479,26 @@ class Scenario(_Strict):
             if axis != "rate" and any(not float(v).is_integer() for v in self.search.values):
                 raise ValueError(f"search values for {axis!r} must be whole numbers")
         return self
+
+    def _check_security(self, security: Security) -> None:
+        if self.runtime == "external":
+            if security.tls and security.ca_file is None:
+                raise ValueError(
+                    "security: an external broker with tls: true needs ca_file (the CA that "
+                    "signed its certificate)"
+                )
+            if security.client_cert:
+                raise ValueError(
+                    "security.client_cert: mqbench generates client certificates only for "
+                    "brokers it starts; give cert_file and key_file for an external broker"
+                )
+            return
+        for name in ("ca_file", "cert_file", "key_file", "server_name"):
+            if getattr(security, name) is not None:
+                raise ValueError(
+                    f"security.{name} is for runtime 'external'; for brokers mqbench starts "
+                    "it generates a throwaway CA and certificates per run"
+                )
 
     def _check_faults(self, faults: Faults) -> None:
         w = self.workload

@@ -27,10 +27,11 @@ Heartbeats: the client asks for ``keepalive_s`` (0 disables them), sends a heart
 every half interval and drops the connection (``disconnected``) when nothing arrived from
 the broker for two intervals.
 
-Options understood in ``ClientOptions.extra``:
+``ClientOptions.username``/``password`` are the PLAIN login (default ``guest``/``guest``);
+``ClientOptions.tls`` makes it AMQPS. Options understood in ``ClientOptions.extra``:
 
-``user`` / ``password`` / ``vhost``
-    Credentials (default ``guest``/``guest``) and virtual host (default ``/``).
+``vhost``
+    Virtual host (default ``/``).
 ``exchange``
     The direct exchange to publish to and bind queues on (default ``mqbench``).
 ``prefetch``
@@ -97,7 +98,9 @@ CONFIRM_CHANNEL: Final = 2
 """Channel in confirm mode for QoS 1 publishes."""
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
-CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
+CAPABILITIES = TransportCapabilities(
+    max_qos=1, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+)
 """What the amqp client can do."""
 
 
@@ -187,7 +190,7 @@ class AmqpClient:
         """Open TCP, run the AMQP handshake, open both channels; all within the timeout."""
         stream = self._stream
         try:
-            await stream.connect(self._endpoint, self._run_handshake)
+            await stream.connect(self._endpoint, self._run_handshake, tls=self._options.tls)
         finally:
             self._handshake = None
         if not stream.writable:
@@ -219,7 +222,7 @@ class AmqpClient:
         self._confirm_seq = 0
         self._lowest_unconfirmed = 1
         self._qos_set = False
-        user = str(self._options.extra.get("user", "guest"))
+        user = self._options.username or "guest"
         try:
             stream.stage = "no Connection.Start (is this an AMQP 0-9-1 port?)"
             stream.write(PROTOCOL_HEADER)
@@ -585,7 +588,7 @@ class AmqpClient:
         self._stream.write(method_frame(channel, method))
 
     def _start_ok(self, user: str) -> commands.Connection.StartOk:
-        password = str(self._options.extra.get("password", "guest"))
+        password = self._options.password if self._options.password is not None else "guest"
         properties: dict[str, Any] = {
             "product": "mqbench",
             "version": __version__,

@@ -64,6 +64,10 @@ class TransportCapabilities:
     wildcard_filters: bool
     """``subscribe`` takes MQTT wildcard filters (``+``, ``#``), translated to the
     protocol's own syntax where it has one."""
+    tls: str | None = "this client does not speak TLS"
+    """None when ``ClientOptions.tls`` works; else why not (one phrase)."""
+    auth: str | None = "this client sends no user name and password"
+    """None when ``ClientOptions.username``/``password`` log in; else why not."""
 
 
 def require_qos(qos: int, client: str, capabilities: TransportCapabilities) -> None:
@@ -92,8 +96,36 @@ class ClientStats:
 
 
 @dataclass(frozen=True)
+class ClientTls:
+    """How a client speaks TLS: the CA it verifies the broker with, an optional client
+    certificate, and the name the broker's certificate must carry."""
+
+    ca_file: str | None = None
+    """PEM CA certificate(s); None: the system's trust store."""
+    cert_file: str | None = None
+    """PEM client certificate (with ``key_file``); None: no client certificate."""
+    key_file: str | None = None
+    server_hostname: str | None = None
+    """Name checked against the certificate; None: the endpoint's host."""
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """The credentials and TLS settings every client of a cell uses (scenario ``security``)."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: ClientTls | None = None
+
+
+@dataclass(frozen=True)
 class ClientOptions:
-    """Per-client settings; a transport ignores what its protocol has no notion of."""
+    """Per-client settings; a transport ignores what its protocol has no notion of.
+
+    ``username``/``password`` are the credentials every protocol's login carries (MQTT
+    CONNECT, NATS CONNECT user/pass, Redis ``AUTH``, AMQP PLAIN); ``tls`` makes the
+    connection TLS. The password is never shown in a ``repr``.
+    """
 
     client_id: str
     clean_session: bool = True
@@ -101,6 +133,9 @@ class ClientOptions:
     connect_timeout_s: float = 10.0
     on_event: EventHandler | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: ClientTls | None = None
 
 
 class Client(Protocol):

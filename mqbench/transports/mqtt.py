@@ -7,10 +7,9 @@ loop (:class:`~mqbench.wire.mqtt.parser.StreamParser`) that calls the subscriber
 handler per message with one receive timestamp per read; PUBACKs for inbound QoS 1 messages
 are written once per read. Works with uvloop and with the default asyncio loop.
 
-Options understood in ``ClientOptions.extra``:
+``ClientOptions.username``/``password`` go into CONNECT; ``ClientOptions.tls`` makes it
+MQTT over TLS. Options understood in ``ClientOptions.extra``:
 
-``username`` / ``password``
-    Credentials for CONNECT (password as ``str`` or ``bytes``).
 ``will``
     ``{"topic": str, "payload": bytes | str, "qos": int, "retain": bool}``.
 ``request_timeout_s``
@@ -76,7 +75,9 @@ _ROUTE_CACHE_MAX: Final = 4096
 _pack_u16 = struct.Struct(">H").pack
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
-CAPABILITIES = TransportCapabilities(max_qos=2, persistent_sessions=True, wildcard_filters=True)
+CAPABILITIES = TransportCapabilities(
+    max_qos=2, persistent_sessions=True, wildcard_filters=True, tls=None, auth=None
+)
 """What the mqtt client can do."""
 
 
@@ -187,12 +188,14 @@ class MqttClient:
     async def connect(self) -> None:
         """Open TCP, send CONNECT and wait for a successful CONNACK within the timeout."""
         stream = self._stream
-        connack = await stream.connect(self._endpoint, self._handshake)
+        connack = await stream.connect(self._endpoint, self._handshake, tls=self._options.tls)
         if connack.return_code != 0:
             stream.abort()
             text = CONNACK_MESSAGES.get(connack.return_code, "unknown reason")
+            user = self._options.username
+            who = f" (user {user!r})" if user is not None else ""
             raise TransportError(
-                f"{stream.where} refused the connection of {self._options.client_id!r}: "
+                f"{stream.where} refused the connection of {self._options.client_id!r}{who}: "
                 f"{text} (CONNACK return code {connack.return_code})",
                 TransportErrorKind.CONNECT_FAILED,
             )
@@ -542,9 +545,7 @@ class MqttClient:
 
     def _connect_packet(self) -> Connect:
         extra = self._options.extra
-        password = extra.get("password")
-        if isinstance(password, str):
-            password = password.encode("utf-8")
+        password = self._options.password
         will_spec = extra.get("will")
         will: Will | None = None
         if will_spec is not None:
@@ -557,12 +558,11 @@ class MqttClient:
                 int(will_spec.get("qos", 0)),
                 bool(will_spec.get("retain", False)),
             )
-        username = extra.get("username")
         return Connect(
             client_id=self._options.client_id,
             clean_session=self._options.clean_session,
             keepalive=self._options.keepalive_s,
-            username=str(username) if username is not None else None,
-            password=password,
+            username=self._options.username,
+            password=password.encode("utf-8") if password is not None else None,
             will=will,
         )

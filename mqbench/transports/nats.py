@@ -15,7 +15,10 @@ answers a ``PING`` only after it processed everything sent before it. Server PIN
 answered; the client also sends a keepalive PING every ``ClientOptions.keepalive_s`` and
 drops a connection that left two of them unanswered (reported as ``disconnected``).
 
-``ClientOptions.extra`` keys understood: ``user``, ``password``, ``token`` (credentials),
+``ClientOptions.username``/``password`` go into ``CONNECT`` (``user``/``pass``). With
+``ClientOptions.tls`` the client reads the server's plain ``INFO``, then upgrades the
+connection to TLS before ``CONNECT`` (the NATS default; a server configured for
+``handshake_first`` is not supported). ``ClientOptions.extra`` keys understood: ``token``,
 ``echo`` (bool, default True: receive own publishes), and the socket options of
 ``mqbench.transports.stream`` (``coalesce_writes``, ``write_buffer_high_bytes``,
 ``close_timeout_s``).
@@ -63,7 +66,9 @@ DEFAULT_MAX_PAYLOAD = 1 << 20
 
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
-CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=True)
+CAPABILITIES = TransportCapabilities(
+    max_qos=0, persistent_sessions=False, wildcard_filters=True, tls=None, auth=None
+)
 """What the nats client can do."""
 
 
@@ -137,23 +142,38 @@ class NatsClient:
     async def _handshake(self) -> dict[str, Any]:
         assert self._info_fut is not None
         info = await self._info_fut
-        if info.get("tls_required"):
+        options = self._options
+        tls = options.tls
+        if tls is None and info.get("tls_required"):
             raise TransportError(
-                "the server requires TLS, which mqbench's nats client does not speak",
-                _UNSUPPORTED,
+                "the server requires TLS (set security.tls: true)",
+                TransportErrorKind.CONNECT_FAILED,
             )
-        extra = self._options.extra
+        if tls is not None:
+            if not (info.get("tls_required") or info.get("tls_available")):
+                raise TransportError(
+                    "the server does not offer TLS (its INFO has no tls_required)",
+                    TransportErrorKind.CONNECT_FAILED,
+                )
+            self._stream.stage = "no TLS handshake"
+            await self._stream.start_tls(tls, self._endpoint.host)
+        extra = options.extra
         self._stream.write(
             build_connect(
-                self._options.client_id,
+                options.client_id,
                 version=__version__,
                 echo=bool(extra.get("echo", True)),
-                user=extra.get("user"),
-                password=extra.get("password"),
+                user=options.username,
+                password=options.password,
                 auth_token=extra.get("token"),
             )
         )
-        await self._ping()
+        try:
+            await self._ping()
+        except TransportError as exc:
+            if options.username is None or exc.kind is not TransportErrorKind.REJECTED:
+                raise
+            raise TransportError(f"{exc} (user {options.username!r})", exc.kind) from None
         return info
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:

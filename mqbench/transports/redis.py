@@ -25,8 +25,9 @@ for its reply, which Redis sends only after it processed everything before it. T
 sends a keepalive ``PING`` every ``ClientOptions.keepalive_s`` and drops a connection that
 left two of them unanswered.
 
-``ClientOptions.extra`` keys understood: ``password`` and ``username`` (``AUTH``; ACL user
-when ``username`` is given), ``client_name`` (default: the client id; sent with ``CLIENT
+``ClientOptions.password`` (with ``username``: an ACL user) is sent with ``AUTH``;
+``ClientOptions.tls`` makes it RESP over TLS. ``ClientOptions.extra`` keys understood:
+``client_name`` (default: the client id; sent with ``CLIENT
 SETNAME``, spaces replaced by ``-``; empty string: skip), and the socket options of
 ``mqbench.transports.stream`` (``coalesce_writes``, ``write_buffer_high_bytes``,
 ``close_timeout_s``).
@@ -80,7 +81,9 @@ SUBSCRIBER_CLOSED = (
 
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
-CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+CAPABILITIES = TransportCapabilities(
+    max_qos=0, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+)
 """What the redis client can do."""
 
 
@@ -160,7 +163,7 @@ class RedisClient:
     async def connect(self) -> None:
         """Open TCP, send ``[AUTH] CLIENT SETNAME PING`` and wait for the replies in time."""
         stream = self._stream
-        await stream.connect(self._endpoint, self._handshake)
+        await stream.connect(self._endpoint, self._handshake, tls=self._options.tls)
         self._handshake_done = True
         stream.established(self._options.keepalive_s, self._keepalive_tick)
         stream.emit("connected", {"endpoint": stream.where})
@@ -168,13 +171,13 @@ class RedisClient:
     async def _handshake(self) -> None:
         extra = self._options.extra
         commands: list[bytes] = []
-        password = extra.get("password")
+        password = self._options.password
+        username = self._options.username
         if password is not None:
-            username = extra.get("username")
             if username is not None:
-                commands.append(encode_command("AUTH", str(username), str(password)))
+                commands.append(encode_command("AUTH", username, password))
             else:
-                commands.append(encode_command("AUTH", str(password)))
+                commands.append(encode_command("AUTH", password))
         name = str(extra.get("client_name", self._options.client_id))
         name = "-".join(name.split())
         if name:
@@ -184,7 +187,8 @@ class RedisClient:
         for fut in futures:
             reply = await fut
             if isinstance(reply, RespError):
-                raise TransportError(_describe_error(reply), TransportErrorKind.REJECTED)
+                who = f" (user {username!r})" if username is not None else ""
+                raise TransportError(f"{_describe_error(reply)}{who}", TransportErrorKind.REJECTED)
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Send ``SUBSCRIBE`` and return once Redis confirmed it."""
@@ -389,7 +393,7 @@ def _describe_error(reply: RespError) -> str:
     """One phrase for an error reply, naming authentication failures plainly."""
     code = reply.code
     if code == "NOAUTH":
-        return f"authentication required (-{reply.text}); set the password option"
+        return f"authentication required (-{reply.text}); set security.auth"
     if code == "WRONGPASS":
         return f"wrong username or password (-{reply.text})"
     if code == "ERR" and "AUTH" in reply.text and "password" in reply.text:

@@ -6,8 +6,9 @@ connection and does, once for all of them:
 
 * **Setup.** ``connect`` resolves the host, tries its addresses in order, sets
   ``TCP_NODELAY`` and the write-buffer limits, then runs the client's handshake; the whole
-  of it is bounded by the connect timeout. An ``ssl.SSLContext`` (and ``server_hostname``)
-  may be given: it is passed to ``loop.create_connection``.
+  of it is bounded by the connect timeout. With ``ClientOptions.tls`` the connection is TLS
+  from the start (``connect(..., tls=...)``) or upgraded mid-handshake (``start_tls``, for
+  NATS); one ``SSLContext`` per setting is shared by all clients (``tls_context``).
 * **Writes.** ``send`` is the publish hot path: it refuses a message while the client is
   not connected (False) or while the socket is back-pressured with more than
   ``max_pending_bytes`` queued (False, counted in ``sends_refused``), else appends the frame
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import ssl as ssl_module
@@ -43,7 +45,7 @@ from typing import Any, Final, TypeVar, cast
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import ClientOptions, Sender, max_pending_bytes
+from mqbench.transports.base import ClientOptions, ClientTls, Sender, max_pending_bytes
 
 T = TypeVar("T")
 
@@ -72,6 +74,10 @@ details to add to the ``disconnected`` event."""
 
 def describe_oserror(exc: OSError) -> str:
     """One short phrase for a socket error ("connection refused", "cannot resolve host ...")."""
+    if isinstance(exc, ssl_module.SSLCertVerificationError):
+        return f"TLS: the broker's certificate is not trusted ({exc.verify_message})"
+    if isinstance(exc, ssl_module.SSLError):
+        return f"TLS handshake failed ({exc.reason or type(exc).__name__})"
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve host ({exc.strerror or exc})"
     # asyncio rewords strerror ("Connect call failed (...)"); the errno keeps the cause.
@@ -79,6 +85,26 @@ def describe_oserror(exc: OSError) -> str:
     if text:
         return text[0].lower() + text[1:]
     return str(exc) or type(exc).__name__
+
+
+@functools.lru_cache(maxsize=16)
+def tls_context(tls: ClientTls) -> ssl_module.SSLContext:
+    """The client ``SSLContext`` for ``tls`` (one per setting, shared by all clients):
+    verifies the broker's certificate and host name; loads the client certificate.
+
+    Raises ``TransportError`` (CONNECT_FAILED) naming a file that cannot be loaded.
+    """
+    try:
+        context = ssl_module.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file is not None:
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl_module.SSLError) as exc:
+        files = ", ".join(f for f in (tls.ca_file, tls.cert_file, tls.key_file) if f)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TransportError(
+            f"cannot load TLS files ({files}): {why}", TransportErrorKind.CONNECT_FAILED
+        ) from None
+    return context
 
 
 async def open_socket(host: str, port: int) -> socket.socket:
@@ -223,17 +249,22 @@ class StreamConnection(asyncio.Protocol):
         endpoint: Endpoint,
         handshake: Callable[[], Coroutine[Any, Any, T]],
         *,
-        ssl: ssl_module.SSLContext | None = None,
-        server_hostname: str | None = None,
+        tls: ClientTls | None = None,
     ) -> T:
         """Open the connection and run ``handshake``, all within the connect timeout; return
         the handshake's result.
 
         Any failure aborts the socket and raises one ``TransportError`` (kind
         CONNECT_FAILED) worded "cannot connect to <where>: <why>"; a connection lost during
-        the handshake ends it at once. ``ssl`` (with ``server_hostname``, by default the
-        endpoint's host) makes it a TLS connection. Cancellation aborts and propagates.
+        the handshake ends it at once. ``tls`` (``ClientOptions.tls``; the certificate must
+        name ``tls.server_hostname``, by default the endpoint's host) makes it a TLS
+        connection. Cancellation aborts and propagates.
         """
+        try:
+            ssl = tls_context(tls) if tls is not None else None
+        except TransportError as exc:
+            raise self._connect_error(str(exc)) from None
+        server_hostname = tls.server_hostname if tls is not None else None
         if (self._opened and not self._reusable) or self._transport is not None:
             once = "" if self._reusable else " once"
             raise TransportError(
@@ -273,6 +304,24 @@ class StreamConnection(asyncio.Protocol):
         except BaseException:
             self.abort()
             raise
+
+    async def start_tls(self, tls: ClientTls, host: str) -> None:
+        """Upgrade the open connection to TLS in the middle of the handshake (NATS: the
+        server's plain ``INFO`` first, then TLS). Raises ``OSError``/``ssl.SSLError`` as
+        ``connect`` does for an initial TLS handshake (within its timeout)."""
+        transport = self._transport
+        if transport is None:
+            raise TransportError(
+                f"{self.peer_closed_reason} before TLS", TransportErrorKind.DISCONNECTED
+            )
+        loop = asyncio.get_running_loop()
+        upgraded = await loop.start_tls(
+            transport, self, tls_context(tls), server_hostname=tls.server_hostname or host
+        )
+        if upgraded is None:
+            raise TransportError("TLS upgrade failed", TransportErrorKind.CONNECT_FAILED)
+        self._transport = upgraded
+        self._transport.set_write_buffer_limits(high=self._high)
 
     async def _until_lost(self, task: asyncio.Task[T], lost: asyncio.Future[None]) -> T:
         """``task``'s result, unless the connection goes first (then the loss is raised)."""

@@ -39,6 +39,10 @@ zenoh guarantees on top of that is chosen with ``ClientOptions.extra``:
 * ``express``: bool, default False (True sends each sample at once instead of batching),
 * ``priority``: 1-7 (zenoh priorities, 5 = data, the default).
 
+``ClientOptions.tls`` connects to a ``tls/<host>:<port>`` locator, verifying the router
+with ``transport/link/tls/root_ca_certificate`` (and mTLS with a client certificate).
+User/password authentication is not configured (the capabilities say so).
+
 ``mode``: ``"client"`` (default) or ``"peer"``. In peer mode the session does not need a
 router: it listens on an ephemeral port of the endpoint's host, connects to the endpoint as
 a *discovery peer* and has gossip scouting on, so the sessions of a run find each other
@@ -68,6 +72,7 @@ from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
     ClientStats,
+    ClientTls,
     MessageHandler,
     Sender,
     TransportCapabilities,
@@ -98,7 +103,13 @@ PRIORITIES = (
 CONGESTION = ("block", "drop")
 MODES = ("client", "peer")
 
-CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=True)
+CAPABILITIES = TransportCapabilities(
+    max_qos=0,
+    persistent_sessions=False,
+    wildcard_filters=True,
+    tls=None,
+    auth="mqbench does not configure zenoh's user/password authentication (usrpwd)",
+)
 """What the zenoh client can do."""
 
 
@@ -129,6 +140,22 @@ def _options(extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def tls_settings(tls: ClientTls | None) -> list[tuple[str, Any]]:
+    """zenoh config entries for a TLS client link (``tls/<host>:<port>`` locator)."""
+    if tls is None:
+        return []
+    out: list[tuple[str, Any]] = []
+    if tls.ca_file is not None:
+        out.append(("transport/link/tls/root_ca_certificate", tls.ca_file))
+    if tls.cert_file is not None and tls.key_file is not None:
+        out += [
+            ("transport/link/tls/enable_mtls", True),
+            ("transport/link/tls/connect_certificate", tls.cert_file),
+            ("transport/link/tls/connect_private_key", tls.key_file),
+        ]
+    return out
+
+
 def key_expr(topic: str, *, wildcards: bool) -> str:
     """Return ``topic`` as a zenoh key expression; raise ``TransportError`` if invalid.
 
@@ -155,7 +182,8 @@ class ZenohClient:
         self._endpoint = endpoint
         self._options = options
         self._where = f"{endpoint.host}:{endpoint.port}"
-        self._locator = f"tcp/{endpoint.host}:{endpoint.port}"
+        scheme = "tls" if options.tls is not None else "tcp"
+        self._locator = f"{scheme}/{endpoint.host}:{endpoint.port}"
         self._settings = _options(options.extra)
         self._session: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -219,6 +247,7 @@ class ZenohClient:
         ]
         if peer:
             settings.append(("listen/endpoints", [f"tcp/{self._endpoint.host}:0"]))
+        settings += tls_settings(self._options.tls)
         config = zenoh.Config()
         for key, value in settings:
             config.insert_json5(key, json.dumps(value))
@@ -226,8 +255,12 @@ class ZenohClient:
             async with asyncio.timeout(remaining + 1.0):
                 session = await asyncio.to_thread(zenoh.open, config)
         except TimeoutError:
+            hint = (
+                " (TLS: is the broker's certificate signed by the CA?)" if self._options.tls else ""
+            )
             raise TransportError(
-                f"cannot connect to zenoh at {self._where}: no zenoh session within {timeout:g} s",
+                f"cannot connect to zenoh at {self._where}: no zenoh session within "
+                f"{timeout:g} s{hint}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except zenoh.ZError as exc:

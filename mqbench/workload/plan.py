@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Generator
+from mqbench.transports.base import ClientSecurity
 from mqbench.workload.topology import PubSpec, SubSpec, Topology
 
 MAX_CONNECTIONS_PER_WORKER = 19000
@@ -65,6 +66,8 @@ class WorkerPlan:
     proxied_pubs: frozenset[int] = frozenset()
     reconnect_max_s: float = 0.1
     """Upper bound of the reconnect backoff (starts at 20 ms, doubles)."""
+    security: ClientSecurity | None = None
+    """Credentials and TLS of every client (pickled to the worker, never written)."""
 
     @property
     def pub_range(self) -> tuple[int, int]:
@@ -167,6 +170,7 @@ def build_plans(
     timer: str = "auto",
     layout: str = "shared",
     client_extra: dict[str, object] | None = None,
+    security: ClientSecurity | None = None,
 ) -> list[WorkerPlan]:
     """Shard a cell over worker processes.
 
@@ -228,6 +232,7 @@ def build_plans(
                 proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
                 reconnect_max_s=reconnect_max_s,
                 client_extra=dict(client_extra or {}),
+                security=security,
             )
         )
     return plans

@@ -5,8 +5,9 @@ scenario that validates is one ``run`` accepts: the load fits the machine
 (``workload.capacity``), every client can give what the scenario asks (the transport's
 ``capabilities``: QoS, persistent sessions, wildcard filters), the topologies can be built
 (group filters, fault targets, worker shards), the runtime can run every target with the
-given broker options and resource profiles, the fault toxic is valid and a configured
-Toxiproxy answers, and, with an output folder, the results fit on its disk.
+given broker options and resource profiles, the ``security`` section can be honoured (the
+password can be read, every client and broker can do TLS/auth), the fault toxic is valid
+and a configured Toxiproxy answers, and, with an output folder, the results fit on its disk.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
 from mqbench.workload.distributed import check_distributed
 from mqbench.workload.plan import worker_count
+from mqbench.workload.security import check_security
 from mqbench.workload.topology import build_topology, fault_targets
 
 
@@ -51,6 +53,7 @@ def preflight(
     if out_root is not None:
         check_disk_space(chosen, out_root)
     check_targets(scenario, chosen)
+    check_security(scenario)
     if scenario.faults is not None:
         check_faults(scenario.faults)
     return chosen

@@ -34,6 +34,7 @@ from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Scenario
+from mqbench.scenario.security import redact, redact_argv
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
@@ -46,6 +47,7 @@ from mqbench.workload.plan import (
 )
 from mqbench.workload.preflight import preflight
 from mqbench.workload.search import Evaluate, SearchTracker
+from mqbench.workload.security import RunSecurity, open_run_security
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.spark_engine import SparkStage, spark_running, stop_spark
 from mqbench.workload.topology import build_topology, fault_targets
@@ -190,18 +192,23 @@ def run_scenario(
         if evaluate is None:
             raise ScenarioError(f"{scenario_file}: a saturation search needs an evaluation")
         search = SearchTracker(scenario.search, evaluate)
-    with interrupts.StopSignals():
-        return _run_cells(
-            scenario,
-            cells,
-            scenario_file,
-            scenario_data,
-            out_root,
-            argv,
-            reporter,
-            manifest_extra,
-            search,
-        )
+    security = open_run_security(scenario)
+    try:
+        with interrupts.StopSignals():
+            return _run_cells(
+                scenario,
+                cells,
+                scenario_file,
+                scenario_data,
+                out_root,
+                argv,
+                reporter,
+                manifest_extra,
+                search,
+                security,
+            )
+    finally:
+        security.close()
 
 
 def _run_cells(
@@ -214,15 +221,19 @@ def _run_cells(
     reporter: RunReporter,
     manifest_extra: dict[str, Any] | None,
     search: SearchTracker | None,
+    security: RunSecurity,
 ) -> RunResult:
     # The folder, its space reserve and its first manifest appear together; a signal in
     # between is raised inside the ``try`` below, which finishes the manifest.
     with interrupts.deferred(raise_at_end=False):
         result_dir = create_result_dir(out_root, scenario.name)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
-        manifest = Manifest(result_dir, scenario.model_dump(mode="json"), scenario_file, argv)
-        manifest.data["scenario_input"] = scenario_data
+        manifest = Manifest(
+            result_dir, redact(scenario.model_dump(mode="json")), scenario_file, redact_argv(argv)
+        )
+        manifest.data["scenario_input"] = redact(scenario_data)
         manifest.data.update(manifest_extra or {})
+        manifest.data["security"] = security.describe()
         manifest.save()
     run_tag = secrets.token_hex(3)
     spark_was_running = scenario.generator.engine == "spark" and spark_running()
@@ -242,7 +253,7 @@ def _run_cells(
                     )
                 )
                 continue
-            _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag)
+            _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag, security)
             if search is not None:
                 search.observe(cell, manifest.cell(cell.id), result_dir / "cells" / cell.id)
                 manifest.data["search"] = search.report()
@@ -286,6 +297,7 @@ def _run_cell(
     manifest: Manifest,
     reporter: RunReporter,
     run_tag: str,
+    security: RunSecurity,
 ) -> None:
     target = get_target(cell.target)
     client = resolve_client(target.transport, cell.client)
@@ -356,6 +368,7 @@ def _run_cell(
                 port=scenario.broker.port,
                 options=broker_options(scenario, cell),
                 startup_timeout_s=scenario.broker.startup_timeout,
+                security=security.broker,
             )
         )
         events.write(EventKind.BROKER_STARTED, **broker.info)
@@ -401,6 +414,7 @@ def _run_cell(
             timer=scenario.generator.timer,
             layout=layout,
             client_extra={"max_pending_bytes": pending_bound(scenario, cell)},
+            security=security.client,
         )
         driver = faults
         stage: SparkStage | None = None

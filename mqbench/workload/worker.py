@@ -261,6 +261,8 @@ class Worker:
     # -- clients ---------------------------------------------------------------------
 
     def _options(self, client_id: str, persistent: bool, key: tuple[str, int]) -> ClientOptions:
+        security = self.plan.security
+
         def on_event(kind: str, details: dict[str, Any]) -> None:
             if kind == "subscribed":
                 self._note_granted_qos(details)
@@ -281,6 +283,9 @@ class Worker:
             connect_timeout_s=self.plan.connect_timeout_s,
             on_event=on_event,
             extra=dict(self.plan.client_extra),
+            username=security.username if security is not None else None,
+            password=security.password if security is not None else None,
+            tls=security.tls if security is not None else None,
         )
 
     def _note_granted_qos(self, details: dict[str, Any]) -> None:

@@ -39,7 +39,15 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def client(name: str, endpoint: Endpoint, client_id: str, **extra: Any) -> Client:
-    options = ClientOptions(client_id=client_id, connect_timeout_s=5.0, extra=extra)
+    username = extra.pop("username", None) or extra.pop("user", None)
+    password = extra.pop("password", None)
+    options = ClientOptions(
+        client_id=client_id,
+        connect_timeout_s=5.0,
+        extra=extra,
+        username=username,
+        password=password,
+    )
     return get_transport(name).create_client(endpoint, options)
 
 

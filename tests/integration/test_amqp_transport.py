@@ -37,12 +37,16 @@ def make_client(
     **extra: Any,
 ) -> AmqpClient:
     on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    username = extra.pop("username", None) or extra.pop("user", None)
+    password = extra.pop("password", None)
     options = ClientOptions(
         client_id=name,
         keepalive_s=keepalive_s,
         connect_timeout_s=timeout_s,
         on_event=on_event,
         extra=extra,
+        username=username,
+        password=password,
     )
     return AmqpTransport().create_client(endpoint, options)
 

@@ -50,12 +50,16 @@ def make_client(
     **extra: Any,
 ) -> MqttClient:
     on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    username = extra.pop("username", None) or extra.pop("user", None)
+    password = extra.pop("password", None)
     options = ClientOptions(
         client_id=name,
         keepalive_s=keepalive_s,
         connect_timeout_s=timeout_s,
         on_event=on_event,
         extra=extra,
+        username=username,
+        password=password,
     )
     return MqttTransport().create_client(endpoint, options)
 
@@ -364,7 +368,7 @@ def test_refused_connack_is_reported_with_its_meaning(code: int, text: str) -> N
 
     message, connect = run("uvloop", scenario())
     assert message.endswith(
-        f"refused the connection of 'refused': {text} (CONNACK return code {code})"
+        f"refused the connection of 'refused' (user 'u'): {text} (CONNACK return code {code})"
     )
     assert (connect.client_id, connect.username, connect.password) == ("refused", "u", b"p")
 

@@ -34,8 +34,15 @@ def make_client(
     **extra: Any,
 ) -> NatsClient:
     on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    username = extra.pop("username", None) or extra.pop("user", None)
+    password = extra.pop("password", None)
     options = ClientOptions(
-        client_id=name, connect_timeout_s=timeout_s, on_event=on_event, extra=extra
+        client_id=name,
+        connect_timeout_s=timeout_s,
+        on_event=on_event,
+        extra=extra,
+        username=username,
+        password=password,
     )
     return NatsTransport().create_client(endpoint, options)
 
@@ -198,7 +205,9 @@ def test_wrong_credentials_are_reported_as_the_servers_authorization_error(
     with pytest.raises(TransportError) as info:
         run("uvloop", wrong.connect())
     where = f"{endpoint.host}:{endpoint.port}"
-    assert str(info.value) == f"cannot connect to nats at {where}: -ERR 'Authorization Violation'"
+    assert str(info.value) == (
+        f"cannot connect to nats at {where}: -ERR 'Authorization Violation' (user 'bob')"
+    )
 
     async def with_right_credentials() -> bool:
         client = make_client(endpoint, user="bob", password="secret")

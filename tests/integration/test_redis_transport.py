@@ -46,8 +46,15 @@ def make_client(
     **extra: Any,
 ) -> RedisClient:
     on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    username = extra.pop("username", None) or extra.pop("user", None)
+    password = extra.pop("password", None)
     options = ClientOptions(
-        client_id=name, connect_timeout_s=timeout_s, on_event=on_event, extra=extra
+        client_id=name,
+        connect_timeout_s=timeout_s,
+        on_event=on_event,
+        extra=extra,
+        username=username,
+        password=password,
     )
     return RedisTransport().create_client(endpoint, options)
 

@@ -252,6 +252,7 @@ ENGINE_DOORS: frozenset[str] = frozenset(
         "mqbench.brokers.sampler",
         "mqbench.brokers.profiles",
         "mqbench.brokers.native_profiles",
+        "mqbench.brokers.tls_material",
         "mqbench.faults.driver",
     }
 )

@@ -36,6 +36,20 @@ REFUSED = {
         "name: w\ntargets: [rabbitmq-amqp]\nworkload: {topology: fanin, publishers: 4}\n",
         "which the amqp client does not support (exact topics only)",
     ),
+    "password-env-not-set": (
+        "name: e\ntargets: [mosquitto]\n"
+        "security: {auth: {username: u, password_env: MQBENCH_TEST_UNSET_PASSWORD}}\n",
+        "environment variable MQBENCH_TEST_UNSET_PASSWORD is not set",
+    ),
+    "password-file-missing": (
+        "name: f\ntargets: [nats]\n"
+        "security: {auth: {username: u, password_file: /nonexistent/mqbench-pw}}\n",
+        "security.auth.password_file: /nonexistent/mqbench-pw: no such file",
+    ),
+    "literal-password-in-the-scenario": (
+        "name: l\ntargets: [nats]\nsecurity: {auth: {username: u, password: hunter2}}\n",
+        "'password' is not read from the scenario: secrets come only from password_env",
+    ),
     "persistent-sessions-the-client-lacks": (
         "name: p\ntargets: [nats]\nworkload: {persistent: true}\n",
         "the nats client (nats) has no persistent sessions",
@@ -46,6 +60,7 @@ REFUSED = {
 @pytest.fixture(autouse=True)
 def no_debug(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MQBENCH_DEBUG", raising=False)
+    monkeypatch.delenv("MQBENCH_TEST_UNSET_PASSWORD", raising=False)
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
@@ -66,6 +81,7 @@ def test_validate_dry_run_and_run_refuse_alike_before_anything_exists(
     assert result.exit_code == 1, result.output
     assert message in result.output.replace("\n", "")
     assert "Traceback" not in result.output
+    assert "hunter2" not in result.output
     assert not out.exists()
 
 

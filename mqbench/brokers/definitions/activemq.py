@@ -78,6 +78,8 @@ class ActiveMqSpec(NativeSpec):
     name = "activemq"
     executable = "activemq (/usr/share/activemq) with java and libmqtt-client-java"
     install_hint = "apt-get install activemq libmqtt-client-java"
+    no_tls = "a Java broker's TLS listener needs a keystore, which mqbench does not make yet"
+    no_auth = "a Java broker's users live in its own realm, which mqbench does not configure yet"
 
     def candidate_paths(self) -> Iterable[Path]:
         """``$JAVA_HOME/bin/java`` when set, then ``java`` on ``PATH``."""

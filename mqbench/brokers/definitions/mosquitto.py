@@ -18,12 +18,16 @@ Decisions (see docs/brokers.md):
 
 from __future__ import annotations
 
+import base64
 import getpass
+import hashlib
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
@@ -34,6 +38,7 @@ from mqbench.brokers.native_spec import (
     run_for_output,
 )
 from mqbench.brokers.probes import mqtt_probe
+from mqbench.brokers.secured import private_file, tls_probe_context
 
 DEFAULTS: dict[str, Any] = {
     "max_queued_messages": 100000,
@@ -45,6 +50,35 @@ DEFAULTS: dict[str, Any] = {
     "extra_config": "",
 }
 """Broker options this spec understands and their defaults (``user`` None: current user)."""
+
+
+def password_line(username: str, password: str, iterations: int = 101) -> str:
+    """One ``password_file`` line in mosquitto 2's ``$7$`` format (PBKDF2-SHA512), as
+    ``mosquitto_passwd`` writes it, without putting the password on a command line."""
+    salt = secrets.token_bytes(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode("utf-8"), salt, iterations)
+    b64 = base64.b64encode
+    return f"{username}:$7${iterations}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def _security_lines(security: BrokerSecurity | None) -> list[str]:
+    """Listener TLS settings and the password file (written into the private directory)."""
+    if security is None:
+        return []
+    lines: list[str] = []
+    if security.tls is not None:
+        lines += [
+            f"cafile {security.tls.ca_cert}",
+            f"certfile {security.tls.server_cert}",
+            f"keyfile {security.tls.server_key}",
+            f"require_certificate {'true' if security.require_client_cert else 'false'}",
+        ]
+    if security.auth:
+        assert security.username is not None and security.password is not None
+        path = private_file(security, "mosquitto.passwd")
+        path.write_text(password_line(security.username, security.password) + "\n", "utf-8")
+        lines.append(f"password_file {path}")
+    return lines
 
 
 def _current_user() -> str:
@@ -70,17 +104,46 @@ class MosquittoSpec(NativeSpec):
         """Parse ``mosquitto -h`` ("mosquitto version 2.0.11")."""
         return first_match(r"mosquitto version (\S+)", run_for_output([str(binary), "-h"]))
 
+    no_tls = ""
+    no_auth = ""
+
     def prepare(
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``."""
+        return self._prepare(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """The listener with ``cafile``/``certfile``/``keyfile`` and/or a password file
+        (PBKDF2-SHA512, mosquitto's ``$7$`` format) in the private directory."""
+        return self._prepare(binary, workdir, host, port, options, security)
+
+    def _prepare(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
         opts = merged_options("mosquitto", DEFAULTS, options)
         user = str(opts["user"]) if opts["user"] else _current_user()
+        auth = security is not None and security.auth
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/mosquitto.py)",
             f"user {user}",
             f"listener {port} {host}",
-            "allow_anonymous true",
+            *_security_lines(security),
+            f"allow_anonymous {'false' if auth else 'true'}",
             "log_dest stderr",
             "log_type error",
             "log_type warning",
@@ -116,14 +179,23 @@ class MosquittoSpec(NativeSpec):
                 "persistence",
             )
         }
-        settings.update(user=user, set_tcp_nodelay=True, allow_anonymous=True)
+        settings.update(user=user, set_tcp_nodelay=True, allow_anonymous=not auth)
         if extra:
             settings["extra_config"] = extra
+        ready = None
+        if security is not None and security.tls is not None:
+            context = tls_probe_context(security)
+            settings["tls"] = True
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return mqtt_probe(host, port, timeout_s, context)
+
         return LaunchPlan(
             argv=[str(binary), "-c", str(config_path)],
             config_path=config_path,
             config_text=text,
             settings=settings,
+            ready_check=ready,
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:

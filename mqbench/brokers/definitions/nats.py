@@ -12,12 +12,15 @@ manifest. The log goes to stderr, which the runtime redirects into ``<workdir>/n
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import GoMaxProcs
@@ -29,6 +32,7 @@ from mqbench.brokers.native_spec import (
     run_for_output,
 )
 from mqbench.brokers.probes import nats_probe
+from mqbench.brokers.secured import private_file, tls_probe_context
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -38,6 +42,41 @@ DEFAULTS: dict[str, Any] = {
     "extra_config": "",
 }
 """Broker options this spec understands and their defaults (the server's stock values)."""
+
+
+def _string(value: str) -> str:
+    """A NATS config string in double quotes (JSON escaping is valid there)."""
+    return json.dumps(value)
+
+
+def _security_lines(security: BrokerSecurity | None, config_dir: Path) -> list[str]:
+    if security is None:
+        return []
+    lines: list[str] = []
+    if security.tls is not None:
+        tls = security.tls
+        lines += [
+            "tls {",
+            f"  cert_file: {_string(str(tls.server_cert))}",
+            f"  key_file: {_string(str(tls.server_key))}",
+            f"  ca_file: {_string(str(tls.ca_cert))}",
+            f"  verify: {'true' if security.require_client_cert else 'false'}",
+            "  timeout: 5",
+            "}",
+        ]
+    if security.auth:
+        assert security.username is not None and security.password is not None
+        path = private_file(security, "nats-authorization.conf")
+        path.write_text(
+            "authorization {\n"
+            f"  user: {_string(security.username)}\n"
+            f"  password: {_string(security.password)}\n"
+            "}\n",
+            encoding="utf-8",
+        )
+        # nats-server resolves an include relative to the including file's directory.
+        lines.append(f"include {_string(os.path.relpath(path, config_dir.resolve()))}")
+    return lines
 
 
 class NatsSpec(NativeSpec):
@@ -62,10 +101,37 @@ class NatsSpec(NativeSpec):
         """Parse ``nats-server --version`` ("nats-server: v2.15.1")."""
         return first_match(r"v(\d+\.\d+\.\d+\S*)", run_for_output([str(binary), "--version"]))
 
+    no_tls = ""
+    no_auth = ""
+
     def prepare(
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
+        return self._prepare(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """A ``tls`` block and/or an ``authorization`` block; the latter lives in the
+        private directory and is pulled in with ``include``."""
+        return self._prepare(binary, workdir, host, port, options, security)
+
+    def _prepare(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
         opts = merged_options("nats", DEFAULTS, options)
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/nats.py)",
@@ -75,6 +141,7 @@ class NatsSpec(NativeSpec):
             f'write_deadline: "{opts["write_deadline"]}"',
             f"max_connections: {int(opts['max_connections'])}",
             "logtime: true",
+            *_security_lines(security, workdir),
         ]
         extra = str(opts["extra_config"]).strip()
         if extra:
@@ -87,6 +154,15 @@ class NatsSpec(NativeSpec):
             for key in ("max_payload", "max_pending", "write_deadline", "max_connections")
         }
         settings.update(monitoring=False, jetstream=False)
+        ready = None
+        if security is not None:
+            settings.update(tls=security.tls is not None, authorization=security.auth)
+        if security is not None and security.tls is not None:
+            context = tls_probe_context(security)
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return nats_probe(host, port, timeout_s, context)
+
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(
@@ -94,6 +170,7 @@ class NatsSpec(NativeSpec):
             config_path=config_path,
             config_text=text,
             settings=settings,
+            ready_check=ready,
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:

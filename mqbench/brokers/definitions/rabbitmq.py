@@ -31,16 +31,19 @@ How it runs without systemd, as root, next to other nodes (see docs/brokers.md):
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import ErlangSchedulers
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.net import free_port
 from mqbench.brokers.probes import amqp_probe, mqtt_probe
+from mqbench.brokers.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -95,6 +98,28 @@ def find_epmd(port: int) -> list[int]:
     return sorted(pids)
 
 
+def _erlang_binary(text: str) -> str:
+    """``text`` as an Erlang binary literal of its UTF-8 bytes (no quoting to get wrong)."""
+    return "<<" + ",".join(str(b) for b in text.encode("utf-8")) + ">>"
+
+
+def _advanced_config(workdir: Path, security: BrokerSecurity | None) -> Path:
+    """Where the node reads ``advanced.config``: the work directory (no such file), or,
+    with credentials, a file in the private directory that sets the only user."""
+    if security is None or not security.auth:
+        return workdir / "advanced.config"
+    assert security.username is not None and security.password is not None
+    user = _erlang_binary(security.username)
+    password = _erlang_binary(security.password)
+    path = private_file(security, "rabbitmq-advanced.config")
+    path.write_text(
+        f"[{{rabbit, [{{default_user, {user}}}, {{default_pass, {password}}}]}},\n"
+        f" {{rabbitmq_mqtt, [{{allow_anonymous, false}}]}}].\n",
+        encoding="utf-8",
+    )
+    return path
+
+
 class RabbitMqSpec(NativeSpec):
     """A RabbitMQ node whose main port speaks ``protocol`` (``mqtt`` or ``amqp``)."""
 
@@ -134,11 +159,42 @@ class RabbitMqSpec(NativeSpec):
                 return names[-1].removeprefix("rabbitmq_server-")
         return "unknown"
 
+    no_tls = ""
+    no_auth = ""
+
     def prepare(
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via ``env``."""
+        return self._prepare(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """TLS-only AMQP and MQTT listeners (``ssl_options``) and/or the scenario's user as
+        the only user (``default_user``/``default_pass`` in an ``advanced.config`` in the
+        private directory; anonymous MQTT off)."""
+        return self._prepare(binary, workdir, host, port, options, security)
+
+    def _prepare(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
         opts = merged_options("rabbitmq", DEFAULTS, options)
+        tls = security.tls if security is not None else None
+        auth = security is not None and security.auth
+        listen = "ssl" if tls is not None else "tcp"
         mqtt = self.protocol == "mqtt" if opts["mqtt"] is None else bool(opts["mqtt"])
         if self.protocol == "mqtt" and not mqtt:
             raise BrokerError("rabbitmq-mqtt needs the MQTT plugin (option mqtt: false given)")
@@ -160,10 +216,17 @@ class RabbitMqSpec(NativeSpec):
             directory.mkdir(parents=True, exist_ok=True)
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/rabbitmq.py)",
-            f"listeners.tcp.1 = {host}:{amqp_port}",
+            *(["listeners.tcp = none"] if tls is not None else []),
+            f"listeners.{listen}.1 = {host}:{amqp_port}",
             "loopback_users = none",
-            f"default_user = {opts['default_user']}",
-            f"default_pass = {opts['default_pass']}",
+            *(
+                []
+                if auth
+                else [
+                    f"default_user = {opts['default_user']}",
+                    f"default_pass = {opts['default_pass']}",
+                ]
+            ),
             "log.console = true",
             "log.console.level = info",
             "log.file = false",
@@ -171,12 +234,28 @@ class RabbitMqSpec(NativeSpec):
             f"disk_free_limit.absolute = {opts['disk_free_limit']}",
             "tcp_listen_options.nodelay = true",
         ]
+        if security is not None and tls is not None:
+            verify = security.require_client_cert
+            lines += [
+                f"ssl_options.cacertfile = {tls.ca_cert}",
+                f"ssl_options.certfile = {tls.server_cert}",
+                f"ssl_options.keyfile = {tls.server_key}",
+                f"ssl_options.verify = {'verify_peer' if verify else 'verify_none'}",
+                f"ssl_options.fail_if_no_peer_cert = {'true' if verify else 'false'}",
+            ]
         if mqtt:
             lines += [
-                f"mqtt.listeners.tcp.1 = {host}:{mqtt_port}",
-                "mqtt.allow_anonymous = true",
-                f"mqtt.default_user = {opts['default_user']}",
-                f"mqtt.default_pass = {opts['default_pass']}",
+                *(["mqtt.listeners.tcp = none"] if tls is not None else []),
+                f"mqtt.listeners.{listen}.1 = {host}:{mqtt_port}",
+                f"mqtt.allow_anonymous = {'false' if auth else 'true'}",
+                *(
+                    []
+                    if auth
+                    else [
+                        f"mqtt.default_user = {opts['default_user']}",
+                        f"mqtt.default_pass = {opts['default_pass']}",
+                    ]
+                ),
                 "mqtt.vhost = /",
                 "mqtt.exchange = amq.topic",
                 "mqtt.tcp_listen_options.nodelay = true",
@@ -199,7 +278,7 @@ class RabbitMqSpec(NativeSpec):
             "HOME": str(workdir),
             "RABBITMQ_CONF_ENV_FILE": str(env_file),
             "RABBITMQ_CONFIG_FILE": str(config_path),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": str(workdir / "advanced.config"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(_advanced_config(workdir, security)),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(enabled),
             "RABBITMQ_NODENAME": nodename,
             "RABBITMQ_USE_LONGNAME": "false",
@@ -220,14 +299,28 @@ class RabbitMqSpec(NativeSpec):
             "epmd_port": epmd_port,
             "dist_port": dist_port,
             "plugins": plugins,
-            "default_user": opts["default_user"],
+            "default_user": security.username if auth and security else opts["default_user"],
             "vm_memory_high_watermark": float(opts["vm_memory_high_watermark"]),
             "disk_free_limit": opts["disk_free_limit"],
-            "mqtt_allow_anonymous": mqtt,
+            "mqtt_allow_anonymous": mqtt and not auth,
+            "tls": tls is not None,
         }
         if extra:
             settings["extra_config"] = extra
-        return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
+        ready = None
+        if security is not None and tls is not None:
+            context = tls_probe_context(security)
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return self._ready(host, port, timeout_s, context)
+
+        return LaunchPlan(
+            argv=argv,
+            config_path=config_path,
+            config_text=text,
+            settings=settings,
+            ready_check=ready,
+        )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """``Connection.Start`` on the AMQP port (+ a CONNACK on the MQTT port for mqtt).
@@ -235,12 +328,15 @@ class RabbitMqSpec(NativeSpec):
         RabbitMQ opens its listeners in the last boot step, MQTT's first and AMQP's a moment
         later ("Ready to start client connection listeners"), so the MQTT target checks both.
         """
+        return self._ready(host, port, timeout_s, None)
+
+    def _ready(self, host: str, port: int, timeout_s: float, tls: ssl.SSLContext | None) -> bool:
         if self.protocol == "mqtt":
             amqp_port = self._amqp_ports.get(port)
-            if amqp_port is not None and not amqp_probe(host, amqp_port, timeout_s):
+            if amqp_port is not None and not amqp_probe(host, amqp_port, timeout_s, tls):
                 return False
-            return mqtt_probe(host, port, timeout_s)
-        return amqp_probe(host, port, timeout_s)
+            return mqtt_probe(host, port, timeout_s, tls)
+        return amqp_probe(host, port, timeout_s, tls)
 
     def companion_pids(self, plan: LaunchPlan) -> list[int]:
         """The ``epmd`` daemon the node started on this instance's own epmd port."""

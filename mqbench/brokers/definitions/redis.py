@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
@@ -31,6 +32,7 @@ from mqbench.brokers.native_spec import (
     run_for_output,
 )
 from mqbench.brokers.probes import redis_probe
+from mqbench.brokers.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -64,11 +66,40 @@ class RedisSpec(NativeSpec):
         """Parse ``redis-server --version`` ("Redis server v=7.0.15 sha=...")."""
         return first_match(r"v=(\S+)", run_for_output([str(binary), "--version"]))
 
+    no_tls = ""
+    no_auth = ""
+
     def prepare(
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``redis.conf`` and return ``redis-server redis.conf``."""
+        return self._prepare(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """TLS on the only port (``port 0`` + ``tls-port``; the Debian build links
+        OpenSSL) and/or an ACL user (the ``default`` user off) in an ``include``d file in
+        the private directory."""
+        return self._prepare(binary, workdir, host, port, options, security)
+
+    def _prepare(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
         opts = merged_options("redis", DEFAULTS, options)
+        tls = security.tls if security is not None else None
         limit = " ".join(str(opts["pubsub_buffer_limit"]).split())
         if len(limit.split()) != 3:
             raise BrokerError(
@@ -78,7 +109,7 @@ class RedisSpec(NativeSpec):
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/redis.py)",
             f"bind {host}",
-            f"port {port}",
+            *([f"port {port}"] if tls is None else ["port 0", f"tls-port {port}"]),
             "protected-mode yes",
             "daemonize no",
             'save ""',
@@ -93,6 +124,23 @@ class RedisSpec(NativeSpec):
             "tcp-keepalive 300",
             f"client-output-buffer-limit pubsub {limit}",
         ]
+        if security is not None and tls is not None:
+            lines += [
+                f"tls-cert-file {_quote(str(tls.server_cert))}",
+                f"tls-key-file {_quote(str(tls.server_key))}",
+                f"tls-ca-cert-file {_quote(str(tls.ca_cert))}",
+                f"tls-auth-clients {'yes' if security.require_client_cert else 'no'}",
+            ]
+        if security is not None and security.auth:
+            assert security.username is not None and security.password is not None
+            users = private_file(security, "redis-users.conf")
+            users.write_text(
+                "user default off\n"
+                f"user {_quote(security.username)} on {_quote('>' + security.password)} "
+                "~* &* +@all\n",
+                encoding="utf-8",
+            )
+            lines.append(f"include {_quote(str(users))}")
         shown = list(lines)
         password = opts["password"]
         if password:
@@ -115,6 +163,15 @@ class RedisSpec(NativeSpec):
             "protected_mode": True,
             "requirepass": bool(password),
         }
+        ready = None
+        if security is not None:
+            settings.update(tls=tls is not None, acl_user=security.auth)
+        if security is not None and tls is not None:
+            context = tls_probe_context(security)
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return redis_probe(host, port, timeout_s, context)
+
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(
@@ -122,6 +179,7 @@ class RedisSpec(NativeSpec):
             config_path=config_path,
             config_text="\n".join(shown) + "\n",
             settings=settings,
+            ready_check=ready,
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:

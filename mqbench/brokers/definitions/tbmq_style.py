@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mqbench import __version__
 from mqbench.brokers.backing_services import PostgresService, RedisService
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
 from mqbench.brokers.probes import mqtt_probe
+from mqbench.brokers.secured import private_file, tls_probe_context
 
 DEFAULTS: dict[str, Any] = {
     "persistence": "memory",
@@ -54,6 +57,46 @@ class TbmqStyleSpec(NativeSpec):
     def __init__(self) -> None:
         """Services started by ``prepare``, by the config path of their broker instance."""
         self._services: dict[str, list[RedisService | PostgresService]] = {}
+
+    no_tls = ""
+    no_auth = ""
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """``--tls-cert``/``--tls-key`` (``--tls-client-ca`` when client certificates are
+        required) and ``--username``/``--password-file`` (the file in the private
+        directory)."""
+        plan = self.prepare(binary, workdir, host, port, options)
+        argv = list(plan.argv)
+        settings = dict(plan.settings)
+        tls = security.tls
+        if tls is not None:
+            argv += ["--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key)]
+            if security.require_client_cert:
+                argv += ["--tls-client-ca", str(tls.ca_cert)]
+        if security.auth:
+            assert security.username is not None and security.password is not None
+            path = private_file(security, "tbmq-style.password")
+            path.write_text(security.password + "\n", encoding="utf-8")
+            argv += ["--username", security.username, "--password-file", str(path)]
+        settings.update(tls=tls is not None, auth=security.auth)
+        ready = None
+        if tls is not None:
+            context = tls_probe_context(security)
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return mqtt_probe(host, port, timeout_s, context)
+
+        return replace(
+            plan, argv=argv, config_text=" ".join(argv), settings=settings, ready_check=ready
+        )
 
     def find_binary(self) -> Path | None:
         """The interpreter running mqbench."""

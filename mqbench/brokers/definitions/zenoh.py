@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
@@ -55,6 +56,9 @@ class ZenohSpec(NativeSpec):
         """The installed ``eclipse-zenoh`` version (the router runs in this interpreter)."""
         return zenoh_version()
 
+    no_tls = ""
+    no_auth = "mqbench does not configure zenoh's user/password authentication (usrpwd)"
+
     def prepare(
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
@@ -62,14 +66,40 @@ class ZenohSpec(NativeSpec):
 
         The effective settings are also written to ``zenoh-router.json5`` for the record.
         """
+        return self._prepare(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """A ``tls/HOST:PORT`` listener with the run's server certificate (and, when client
+        certificates are required, mTLS with the run's CA); users are refused."""
+        self.check_security(security.tls is not None, security.auth)
+        return self._prepare(binary, workdir, host, port, options, security)
+
+    def _prepare(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
         opts = merged_options("zenoh", DEFAULTS, options)
+        tls = security.tls if security is not None else None
         extra = opts["extra_config"]
         if not isinstance(extra, Mapping):
             raise BrokerError(
                 "zenoh option extra_config must map zenoh config keys to values, "
                 f"e.g. {{'transport/unicast/lowlatency': true}}; got {extra!r}"
             )
-        listen = f"tcp/{host}:{port}"
+        listen = f"{'tls' if tls is not None else 'tcp'}/{host}:{port}"
         settings: dict[str, Any] = router_settings(listen, int(opts["max_sessions"]))
         argv = [
             str(binary),
@@ -80,41 +110,80 @@ class ZenohSpec(NativeSpec):
             "--max-sessions",
             str(int(opts["max_sessions"])),
         ]
-        for key, value in extra.items():
+        secured: dict[str, Any] = {}
+        if security is not None and tls is not None:
+            secured = {
+                "transport/link/tls/listen_certificate": str(tls.server_cert),
+                "transport/link/tls/listen_private_key": str(tls.server_key),
+            }
+            if security.require_client_cert:
+                secured["transport/link/tls/root_ca_certificate"] = str(tls.ca_cert)
+                secured["transport/link/tls/enable_mtls"] = True
+        for key, value in {**secured, **extra}.items():
             argv += ["--config", f"{key}={json.dumps(value)}"]
             settings[str(key)] = value
         text = json.dumps(settings, indent=2) + "\n"
         config_path = workdir / "zenoh-router.json5"
         config_path.write_text(text, encoding="utf-8")
-        return LaunchPlan(argv=argv, config_path=config_path, config_text=text, settings=settings)
+        ready = None
+        if security is not None and tls is not None:
+            client: list[tuple[str, Any]] = [
+                ("transport/link/tls/root_ca_certificate", str(tls.ca_cert))
+            ]
+            if security.require_client_cert and tls.client_cert and tls.client_key:
+                client += [
+                    ("transport/link/tls/enable_mtls", True),
+                    ("transport/link/tls/connect_certificate", str(tls.client_cert)),
+                    ("transport/link/tls/connect_private_key", str(tls.client_key)),
+                ]
+
+            def ready(host: str, port: int, timeout_s: float) -> bool:
+                return zenoh_ready(host, port, timeout_s, "tls", client)
+
+        return LaunchPlan(
+            argv=argv,
+            config_path=config_path,
+            config_text=text,
+            settings=settings,
+            ready_check=ready,
+        )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """TCP connect, then open (and close) a zenoh client session to the router."""
-        sock = tcp_connect(host, port, timeout_s)
-        if sock is None:
-            return False
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            sock.close()
-        try:
-            import zenoh
+        return zenoh_ready(host, port, timeout_s, "tcp", [])
 
-            config = zenoh.Config()
-            config.insert_json5("mode", '"client"')
-            config.insert_json5("connect/endpoints", json.dumps([f"tcp/{host}:{port}"]))
-            config.insert_json5("scouting/multicast/enabled", "false")
-            config.insert_json5("connect/timeout_ms", str(max(int(timeout_s * 1000), 100)))
-            session: Any = zenoh.open(config)
-        except Exception:
-            return False
-        try:
-            return bool(session.info.routers_zid())
-        except Exception:
-            return False
-        finally:
-            with contextlib.suppress(Exception):
-                session.close()
+
+def zenoh_ready(
+    host: str, port: int, timeout_s: float, scheme: str, settings: list[tuple[str, Any]]
+) -> bool:
+    """TCP connect, then open (and close) a zenoh client session over ``scheme``."""
+    sock = tcp_connect(host, port, timeout_s)
+    if sock is None:
+        return False
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+    try:
+        import zenoh
+
+        config = zenoh.Config()
+        config.insert_json5("mode", '"client"')
+        config.insert_json5("connect/endpoints", json.dumps([f"{scheme}/{host}:{port}"]))
+        for key, value in settings:
+            config.insert_json5(key, json.dumps(value))
+        config.insert_json5("scouting/multicast/enabled", "false")
+        config.insert_json5("connect/timeout_ms", str(max(int(timeout_s * 1000), 100)))
+        session: Any = zenoh.open(config)
+    except Exception:
+        return False
+    try:
+        return bool(session.info.routers_zid())
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            session.close()
 
 
 DEFINITION = BrokerDefinition(

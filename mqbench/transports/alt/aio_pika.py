@@ -9,7 +9,8 @@ aio-pika's publish is a coroutine, so a sender schedules one task per message (n
 on the caller's path); that task cost is what users measure when they pick this client.
 The receive time is taken when aio-pika calls the consumer, once per message.
 
-``ClientOptions.extra``: ``user``, ``password``, ``vhost``, ``exchange``, ``prefetch``
+``ClientOptions.username``/``password``/``tls`` (PLAIN login, AMQPS); ``ClientOptions.extra``:
+``vhost``, ``exchange``, ``prefetch``
 (as for ``amqp``).
 """
 
@@ -35,9 +36,11 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import describe_oserror, probe_tcp
+from mqbench.transports.stream import describe_oserror, probe_tcp, tls_context
 
-CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=False, wildcard_filters=False)
+CAPABILITIES = TransportCapabilities(
+    max_qos=1, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+)
 """What the aio-pika client can do."""
 
 
@@ -80,7 +83,8 @@ class AioPikaClient:
         """Connect, open a plain and a confirm channel, declare the exchange."""
         extra = self._options.extra
         timeout = self._options.connect_timeout_s
-        user = str(extra.get("user", "guest"))
+        user = self._options.username or "guest"
+        tls = self._options.tls
         exchange_name = str(extra.get("exchange", "mqbench"))
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
@@ -93,7 +97,9 @@ class AioPikaClient:
                     host=self._endpoint.host,
                     port=self._endpoint.port,
                     login=user,
-                    password=str(extra.get("password", "guest")),
+                    password=self._options.password or "guest",
+                    ssl=tls is not None,
+                    ssl_context=tls_context(tls) if tls is not None else None,
                     virtualhost=str(extra.get("vhost", "/")),
                     timeout=timeout,
                     client_properties={"connection_name": self._options.client_id},
@@ -122,8 +128,10 @@ class AioPikaClient:
             ) from None
         except OSError as exc:
             await self._drop()
+            # aiormq re-raises a socket or TLS error as AMQPConnectionError(*args) from it
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
             raise TransportError(
-                f"cannot connect to {self._where}: {describe_oserror(exc)}",
+                f"cannot connect to {self._where}: {describe_oserror(cause)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiormq.exceptions.AMQPError as exc:

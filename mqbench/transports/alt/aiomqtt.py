@@ -7,7 +7,7 @@ called when a QoS 1 task completes. A reader task iterates ``client.messages`` a
 the handler of the first subscription whose filter matches, with ``time.time_ns()`` taken
 per message.
 
-``ClientOptions.extra``: ``username``, ``password``.
+``ClientOptions.username``/``password``/``tls`` (aiomqtt's ``tls_context``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import probe_tcp
+from mqbench.transports.stream import probe_tcp, tls_context
 
-CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
+CAPABILITIES = TransportCapabilities(
+    max_qos=1, persistent_sessions=True, wildcard_filters=True, tls=None, auth=None
+)
 """What the aiomqtt client can do."""
 
 
@@ -76,8 +78,6 @@ class AiomqttClient:
         """Connect and start the reader task; TransportError with the reason on failure."""
         options = self._options
         timeout = options.connect_timeout_s
-        extra = options.extra
-        password = extra.get("password")
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
             raise TransportError(
@@ -88,8 +88,9 @@ class AiomqttClient:
             self._endpoint.host,
             self._endpoint.port,
             identifier=options.client_id,
-            username=None if extra.get("username") is None else str(extra["username"]),
-            password=None if password is None else str(password),
+            username=options.username,
+            password=options.password,
+            tls_context=tls_context(options.tls) if options.tls is not None else None,
             clean_session=options.clean_session,
             keepalive=options.keepalive_s,
             timeout=timeout,
@@ -106,8 +107,9 @@ class AiomqttClient:
             # A CONNACK with a failure code (e.g. bad user name or password).
             reason = re.sub(r"^\[code:\d+\]\s*", "", str(exc))
             raise TransportError(
-                f"{self._where} refused the connection of {options.client_id!r}: {reason} "
-                f"(CONNACK code {exc.rc})",
+                f"{self._where} refused the connection of {options.client_id!r}"
+                f"{'' if options.username is None else f' (user {options.username!r})'}: "
+                f"{reason} (CONNACK code {exc.rc})",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except aiomqtt.MqttError as exc:

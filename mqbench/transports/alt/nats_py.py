@@ -7,7 +7,8 @@ Subscriptions use a message callback; the receive time is taken when nats-py cal
 are confirmed with nats-py's ``flush`` (a PING/PONG round trip). Reconnection is off, so a
 lost connection is reported once as ``disconnected`` and the client stays down.
 
-``ClientOptions.extra``: ``user``, ``password``, ``token``, ``echo`` (default True).
+``ClientOptions.username``/``password``/``tls`` (nats-py's ``tls`` context; the server's
+plain INFO first, then TLS); ``ClientOptions.extra``: ``token``, ``echo`` (default True).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import describe_oserror, probe_tcp
+from mqbench.transports.stream import describe_oserror, probe_tcp, tls_context
 
-CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+CAPABILITIES = TransportCapabilities(
+    max_qos=0, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+)
 """What the nats-py client can do."""
 
 
@@ -85,9 +88,16 @@ class NatsPyClient:
                 f"cannot connect to nats at {self._where}: {refused}",
                 TransportErrorKind.CONNECT_FAILED,
             )
-        for ours, theirs in (("user", "user"), ("password", "password"), ("token", "token")):
-            if extra.get(ours) is not None:
-                kwargs[theirs] = extra[ours]
+        if extra.get("token") is not None:
+            kwargs["token"] = extra["token"]
+        if self._options.username is not None:
+            kwargs["user"] = self._options.username
+        if self._options.password is not None:
+            kwargs["password"] = self._options.password
+        tls = self._options.tls
+        if tls is not None:
+            kwargs["tls"] = tls_context(tls)
+            kwargs["tls_hostname"] = tls.server_hostname or self._endpoint.host
         try:
             async with asyncio.timeout(timeout + 1.0):
                 self._nc = await nats.connect(
@@ -99,8 +109,15 @@ class NatsPyClient:
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         except Exception as exc:
+            user = self._options.username
+            # A server's -ERR during the handshake (nats.errors.Error, not a socket error)
+            # is a refusal of this login.
+            login_refused = isinstance(exc, nats_errors.Error) and not isinstance(
+                exc, nats_errors.NoServersError
+            )
+            who = f" (user {user!r})" if user is not None and login_refused else ""
             raise TransportError(
-                f"cannot connect to nats at {self._where}: {self._describe(exc)}",
+                f"cannot connect to nats at {self._where}: {self._describe(exc)}{who}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)

@@ -17,7 +17,8 @@ queues for the network thread). Stock paho settings are kept (20 QoS 1 messages 
 unlimited queue), because measuring the stock client is the point of this transport;
 ``extra["max_inflight"]`` changes the in-flight limit.
 
-``ClientOptions.extra``: ``username``, ``password``, ``max_inflight``.
+``ClientOptions.username``/``password``/``tls`` (paho's ``tls_set_context``);
+``ClientOptions.extra``: ``max_inflight``.
 """
 
 from __future__ import annotations
@@ -44,10 +45,16 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
-from mqbench.transports.stream import describe_oserror
+from mqbench.transports.stream import describe_oserror, tls_context
 
-CAPABILITIES = TransportCapabilities(max_qos=1, persistent_sessions=True, wildcard_filters=True)
+CAPABILITIES = TransportCapabilities(
+    max_qos=1, persistent_sessions=True, wildcard_filters=True, tls=None, auth=None
+)
 """What the paho client can do."""
+
+
+def _user(username: str | None) -> str:
+    return f" (user {username!r})" if username is not None else ""
 
 
 class PahoTransport:
@@ -86,8 +93,12 @@ class PahoClient:
             clean_session=options.clean_session,
         )
         extra = options.extra
-        if extra.get("username") is not None:
-            client.username_pw_set(str(extra["username"]), extra.get("password"))
+        if options.username is not None:
+            client.username_pw_set(options.username, options.password)
+        if options.tls is not None:
+            client.tls_set_context(tls_context(options.tls))
+            if options.tls.server_hostname is not None:
+                client.tls_insecure_set(False)
         if "max_inflight" in extra:
             client.max_inflight_messages_set(int(extra["max_inflight"]))
         client.on_connect = self._on_connect
@@ -137,8 +148,8 @@ class PahoClient:
         if code != 0:
             await self._stop_loop()
             raise TransportError(
-                f"{self._where} refused the connection of {self._options.client_id!r}: "
-                f"{text} (CONNACK reason code {code})",
+                f"{self._where} refused the connection of {self._options.client_id!r}"
+                f"{_user(self._options.username)}: {text} (CONNACK reason code {code})",
                 TransportErrorKind.CONNECT_FAILED,
             )
         self._emit("connected", {"client_id": self._options.client_id})

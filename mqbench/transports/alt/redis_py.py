@@ -7,7 +7,7 @@ handler per message; the receive time is taken per message after redis-py parsed
 (redis-py exposes no per-read hook), so it includes redis-py's parsing of earlier messages
 of the same read. Delivery is at most once (``max_qos`` 0).
 
-``ClientOptions.extra``: ``password``, ``username``.
+``ClientOptions.username``/``password``/``tls`` (redis-py's ``ssl_*`` arguments).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from mqbench.transports.base import (
     AckHandler,
     ClientOptions,
     ClientStats,
+    ClientTls,
     MessageHandler,
     Sender,
     TransportCapabilities,
@@ -37,7 +38,9 @@ from mqbench.transports.stream import describe_oserror, probe_tcp
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
 
-CAPABILITIES = TransportCapabilities(max_qos=0, persistent_sessions=False, wildcard_filters=False)
+CAPABILITIES = TransportCapabilities(
+    max_qos=0, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+)
 """What the redis-py client can do."""
 
 
@@ -70,7 +73,6 @@ class RedisPyClient:
                 TransportErrorKind.NOT_REUSABLE,
             )
         timeout = self._options.connect_timeout_s
-        extra = self._options.extra
         refused = await probe_tcp(self._endpoint.host, self._endpoint.port, timeout)
         if refused is not None:
             raise TransportError(
@@ -80,8 +82,9 @@ class RedisPyClient:
         self._redis = aioredis.Redis(
             host=self._endpoint.host,
             port=self._endpoint.port,
-            password=extra.get("password"),
-            username=extra.get("username"),
+            password=self._options.password,
+            username=self._options.username,
+            **_tls_arguments(self._options.tls),
             socket_connect_timeout=timeout,
             socket_timeout=None,
             client_name="-".join(self._options.client_id.split()) or None,
@@ -98,7 +101,8 @@ class RedisPyClient:
         except redis_errors.RedisError as exc:
             await self._dispose()
             raise TransportError(
-                f"cannot connect to redis at {self._where}: {_describe(exc)}",
+                f"cannot connect to redis at {self._where}: {_describe(exc)}"
+                f"{_user(self._options.username, exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
         self._outbox = Outbox(self._write_batch, self._on_write_error)
@@ -236,6 +240,13 @@ class RedisPyClient:
             handler(kind, details)
 
 
+def _user(username: str | None, exc: BaseException) -> str:
+    """`` (user 'name')`` after a refused login, else nothing."""
+    if username is None or not isinstance(exc, redis_errors.AuthenticationError):
+        return ""
+    return f" (user {username!r})"
+
+
 def _describe(exc: BaseException) -> str:
     """One phrase for a redis-py error, naming socket errors and auth failures by type."""
     text = str(exc) or type(exc).__name__
@@ -256,3 +267,16 @@ class RedisPyTransport:
     def create_client(self, endpoint: Endpoint, options: ClientOptions) -> RedisPyClient:
         """Return a new, unconnected ``RedisPyClient``."""
         return RedisPyClient(endpoint, options)
+
+
+def _tls_arguments(tls: ClientTls | None) -> dict[str, Any]:
+    """redis-py's TLS keyword arguments for ``tls`` (none for plain TCP)."""
+    if tls is None:
+        return {}
+    return {
+        "ssl": True,
+        "ssl_ca_certs": tls.ca_file,
+        "ssl_certfile": tls.cert_file,
+        "ssl_keyfile": tls.key_file,
+        "ssl_check_hostname": True,
+    }

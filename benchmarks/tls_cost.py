@@ -1,0 +1,137 @@
+"""What TLS costs on each native broker: plain vs TLS side by side (run on demand).
+
+For every target, a plain run and a TLS run (scenario ``security: {tls: true}``: the
+run's throwaway CA, server verification by every client) are made back to back with the
+same workload, each with two cells:
+
+* a *fixed* rate (``--fixed-rate`` msg/s offered in total): latency p50/p99 from the
+  intended send time and the broker's CPU;
+* a *high* rate (``--high-rate`` msg/s offered in total, near what this machine's
+  generator can drive): delivered throughput, loss and the broker's CPU.
+
+64 B payloads, QoS 0, ``--pairs`` pairs, the lean default client of each protocol, the
+numpy analysis (no Spark). It prints one table and the load average: the machine has two
+cores and other work may run on it, so compare the two rows of one target (measured one
+after the other) and re-measure on a quiet machine before quoting absolute numbers.
+
+    .venv/bin/python benchmarks/tls_cost.py
+    .venv/bin/python benchmarks/tls_cost.py --targets mosquitto,nats --high-rate 40000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mqbench.analysis.numpy_ref import analyze_cell_numpy
+from mqbench.records.cell_entry import CellEntry
+from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.matrix import Cell
+from mqbench.workload.run import SilentReporter, run_scenario
+
+TARGETS = "mosquitto,nats,redis,rabbitmq-mqtt,rabbitmq-amqp,tbmq-style,zenoh"
+
+
+class QuietReporter(SilentReporter):
+    """Reports failed cells only."""
+
+    def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
+        if status != "completed":
+            print(f"{cell.id}: {status} {detail.error or ''}", file=sys.stderr)
+
+
+def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    rates = [args.fixed_rate / args.pairs, args.high_rate / args.pairs]
+    data = {
+        "name": f"tls-cost-{target}-{'tls' if tls else 'plain'}",
+        "targets": [target],
+        "security": {"tls": tls},
+        "workload": {
+            "pairs": args.pairs,
+            "rate": rates,
+            "payload": "64B",
+            "qos": 0,
+            "warmup": "2s",
+            "duration": args.duration,
+            "drain": "3s",
+        },
+        "broker": {"startup_timeout": "120s"},
+    }
+    scenario = validate_scenario(data, "benchmark")
+    result = run_scenario(
+        scenario,
+        scenario_file="benchmark",
+        scenario_data=data,
+        out_root=out,
+        argv=["benchmarks/tls_cost.py"],
+        reporter=QuietReporter(),
+    )
+    row: dict[str, Any] = {"target": target, "mode": "tls" if tls else "plain"}
+    for cell, name in zip(result.cells, ("fixed", "high"), strict=True):
+        if cell.status != "completed":
+            row[f"{name}_error"] = cell.error
+            continue
+        summary = analyze_cell_numpy(cell, result.result_dir / "cells" / cell.id)
+        lat = summary.latency
+        row[f"{name}_p50"] = lat.p50_us / 1e3 if lat else None
+        row[f"{name}_p99"] = lat.p99_us / 1e3 if lat else None
+        row[f"{name}_tput"] = summary.throughput_msg_s
+        row[f"{name}_loss"] = summary.loss_pct
+        row[f"{name}_broker_cpu"] = summary.broker_cpu_cores_mean
+        row[f"{name}_gen"] = "saturated" if summary.generator_saturated else "ok"
+    return row
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return format(value, spec)
+
+
+def main() -> None:
+    """Parse arguments, measure plain and TLS per target, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=TARGETS)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--fixed-rate", type=float, default=2000.0, help="msg/s, all pubs")
+    parser.add_argument("--high-rate", type=float, default=30000.0, help="msg/s, all pubs")
+    parser.add_argument("--duration", default="5s")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mqbench-tls-cost-") as tmp:
+        for target in args.targets.split(","):
+            for tls in (False, True):
+                rows.append(_measure(target, tls, args, Path(tmp)))
+                print(f"measured {target} {'tls' if tls else 'plain'}", file=sys.stderr)
+    print(
+        f"# {args.pairs} pairs, 64 B, QoS 0, {args.duration} measured per cell; "
+        f"fixed {args.fixed_rate:g} msg/s, high {args.high_rate:g} msg/s offered; "
+        f"load average {os.getloadavg()[0]:.2f} (1 min) after the run"
+    )
+    header = (
+        "| target | mode | p50 ms @fixed | p99 ms @fixed | broker CPU @fixed | "
+        "delivered msg/s @high | loss % @high | broker CPU @high | generator @high |"
+    )
+    print(header)
+    print("|" + "---|" * 9)
+    for r in rows:
+        error = r.get("fixed_error") or r.get("high_error")
+        if error:
+            print(f"| {r['target']} | {r['mode']} | failed: {error} |||||||")
+            continue
+        print(
+            f"| {r['target']} | {r['mode']} | {_fmt(r['fixed_p50'], '.2f')} | "
+            f"{_fmt(r['fixed_p99'], '.2f')} | {_fmt(r['fixed_broker_cpu'], '.2f')} | "
+            f"{_fmt(r['high_tput'], ',.0f')} | {_fmt(r['high_loss'], '.2f')} | "
+            f"{_fmt(r['high_broker_cpu'], '.2f')} | {r['high_gen']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

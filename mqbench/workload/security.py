@@ -1,0 +1,145 @@
+"""A run's security material: credentials read once, a throwaway CA, a private directory.
+
+:func:`check_security` is the pre-flight part (run by ``workload.preflight``): the password
+can be read, the CA/certificate files exist, every client and every runtime/broker can do
+TLS and authentication. :func:`open_run_security` is the run part: it reads the password,
+creates a private directory outside the result folder (0700) and, for brokers mqbench
+starts, generates the run's CA and certificates there (``brokers.tls_material``); ``close``
+removes the directory. The manifest gets :meth:`RunSecurity.describe`, never a secret.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mqbench.brokers.base import BrokerSecurity
+from mqbench.brokers.registry import get_target
+from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.errors import BrokerError, ScenarioError
+from mqbench.scenario.model import Scenario
+from mqbench.scenario.security import (
+    Credentials,
+    check_security_files,
+    resolve_password,
+)
+from mqbench.transports.base import ClientSecurity, ClientTls
+from mqbench.transports.registry import get_transport, resolve_client
+
+
+def check_security(scenario: Scenario) -> None:
+    """Raise the first reason the scenario's ``security`` cannot be honoured (one line)."""
+    security = scenario.security
+    if not security.enabled:
+        return
+    if security.auth is not None:
+        resolve_password(security.auth)
+    check_security_files(security)
+    runtime = get_runtime(scenario.runtime)
+    for target_name in scenario.targets:
+        target = get_target(target_name)
+        for client in scenario.client:
+            name = resolve_client(target.transport, client)
+            capabilities = get_transport(name).capabilities
+            if security.tls and capabilities.tls is not None:
+                raise ScenarioError(
+                    f"target {target_name!r}: security.tls: the {name} client cannot: "
+                    f"{capabilities.tls}"
+                )
+            if security.auth is not None and capabilities.auth is not None:
+                raise ScenarioError(
+                    f"target {target_name!r}: security.auth: the {name} client cannot: "
+                    f"{capabilities.auth}"
+                )
+        try:
+            runtime.check_security(target_name, security.tls, security.auth is not None)
+        except BrokerError as exc:
+            raise BrokerError(f"target {target_name!r}: {exc}") from None
+
+
+@dataclass
+class RunSecurity:
+    """What one run uses: the brokers' and the clients' settings, and where files are."""
+
+    private_dir: Path | None
+    broker: BrokerSecurity | None
+    """For brokers mqbench starts (None: plain, or an external broker)."""
+    client: ClientSecurity | None
+    facts: dict[str, Any]
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's ``security`` entry: what was on, fingerprints; no secret."""
+        return dict(self.facts)
+
+    def close(self) -> None:
+        """Remove the private directory (keys, password files) and everything in it."""
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+            self.private_dir = None
+
+
+def open_run_security(scenario: Scenario) -> RunSecurity:
+    """Read the credentials and make the run's certificates (see the module docstring)."""
+    security = scenario.security
+    if not security.enabled:
+        return RunSecurity(None, None, None, {"tls": False, "auth": False})
+    credentials: Credentials | None = None
+    if security.auth is not None:
+        credentials = resolve_password(security.auth)
+    username = credentials.username if credentials else None
+    password = credentials.password if credentials else None
+    facts: dict[str, Any] = {
+        "tls": security.tls,
+        "auth": credentials is not None,
+        "username": username,
+    }
+    if scenario.runtime == "external":
+        tls = None
+        if security.tls:
+            tls = ClientTls(
+                ca_file=_text(security.ca_file),
+                cert_file=_text(security.cert_file),
+                key_file=_text(security.key_file),
+                server_hostname=security.server_name,
+            )
+            facts["certificates"] = {
+                "generated": False,
+                "ca_file": _text(security.ca_file),
+                "client_certificate": security.cert_file is not None,
+            }
+        return RunSecurity(None, None, ClientSecurity(username, password, tls), facts)
+    private_dir = Path(tempfile.mkdtemp(prefix="mqbench-private-"))
+    try:
+        material: TlsMaterial | None = None
+        if security.tls:
+            material = generate(private_dir / "tls", client_cert=security.client_cert)
+            facts["certificates"] = material.describe()
+        broker = BrokerSecurity(
+            private_dir=private_dir / "broker",
+            tls=material,
+            require_client_cert=security.client_cert,
+            username=username,
+            password=password,
+        )
+        client_tls = None
+        if material is not None:
+            client_tls = ClientTls(
+                ca_file=str(material.ca_cert),
+                cert_file=_text(material.client_cert),
+                key_file=_text(material.client_key),
+            )
+        facts["client_certificate_required"] = security.client_cert
+        return RunSecurity(
+            private_dir, broker, ClientSecurity(username, password, client_tls), facts
+        )
+    except BaseException:
+        shutil.rmtree(private_dir, ignore_errors=True)
+        raise
+
+
+def _text(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
