@@ -166,3 +166,43 @@ def merged_options(
             f"(known: {', '.join(sorted(defaults))})"
         )
     return {**defaults, **options}
+
+
+class ConfiguredSpec(NativeSpec):
+    """A spec that writes one configuration for plain and secured runs alike: ``prepare``
+    and ``prepare_secured`` both call ``configure`` (``security`` None when plain)."""
+
+    no_tls = ""
+    no_auth = ""
+
+    def prepare(
+        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
+    ) -> LaunchPlan:
+        """``configure`` without security."""
+        return self.configure(binary, workdir, host, port, options, None)
+
+    def prepare_secured(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity,
+    ) -> LaunchPlan:
+        """``configure`` with ``security``, after refusing what the spec cannot do."""
+        self.check_security(security.tls is not None, security.auth)
+        return self.configure(binary, workdir, host, port, options, security)
+
+    @abstractmethod
+    def configure(
+        self,
+        binary: Path,
+        workdir: Path,
+        host: str,
+        port: int,
+        options: Mapping[str, Any],
+        security: BrokerSecurity | None,
+    ) -> LaunchPlan:
+        """Write the config into ``workdir`` (secrets into ``security.private_dir``) and
+        return the command line; the contract of ``prepare`` and ``prepare_secured``."""

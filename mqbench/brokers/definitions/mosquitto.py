@@ -31,8 +31,8 @@ from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
+    ConfiguredSpec,
     LaunchPlan,
-    NativeSpec,
     first_match,
     merged_options,
     run_for_output,
@@ -88,7 +88,7 @@ def _current_user() -> str:
         return "root" if os.geteuid() == 0 else str(os.geteuid())
 
 
-class MosquittoSpec(NativeSpec):
+class MosquittoSpec(ConfiguredSpec):
     """Mosquitto: config file with one loopback listener, anonymous access, no persistence."""
 
     option_defaults = DEFAULTS
@@ -104,29 +104,7 @@ class MosquittoSpec(NativeSpec):
         """Parse ``mosquitto -h`` ("mosquitto version 2.0.11")."""
         return first_match(r"mosquitto version (\S+)", run_for_output([str(binary), "-h"]))
 
-    no_tls = ""
-    no_auth = ""
-
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``."""
-        return self._prepare(binary, workdir, host, port, options, None)
-
-    def prepare_secured(
-        self,
-        binary: Path,
-        workdir: Path,
-        host: str,
-        port: int,
-        options: Mapping[str, Any],
-        security: BrokerSecurity,
-    ) -> LaunchPlan:
-        """The listener with ``cafile``/``certfile``/``keyfile`` and/or a password file
-        (PBKDF2-SHA512, mosquitto's ``$7$`` format) in the private directory."""
-        return self._prepare(binary, workdir, host, port, options, security)
-
-    def _prepare(
+    def configure(
         self,
         binary: Path,
         workdir: Path,
@@ -135,6 +113,9 @@ class MosquittoSpec(NativeSpec):
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
     ) -> LaunchPlan:
+        """Plain: write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``. Secured:
+        The listener with ``cafile``/``certfile``/``keyfile`` and/or a password file
+        (PBKDF2-SHA512, mosquitto's ``$7$`` format) in the private directory."""
         opts = merged_options("mosquitto", DEFAULTS, options)
         user = str(opts["user"]) if opts["user"] else _current_user()
         auth = security is not None and security.auth

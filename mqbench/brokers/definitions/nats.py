@@ -25,8 +25,8 @@ from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import GoMaxProcs
 from mqbench.brokers.native_spec import (
+    ConfiguredSpec,
     LaunchPlan,
-    NativeSpec,
     first_match,
     merged_options,
     run_for_output,
@@ -79,7 +79,7 @@ def _security_lines(security: BrokerSecurity | None, config_dir: Path) -> list[s
     return lines
 
 
-class NatsSpec(NativeSpec):
+class NatsSpec(ConfiguredSpec):
     """nats-server with a generated config file."""
 
     option_defaults = DEFAULTS
@@ -101,29 +101,7 @@ class NatsSpec(NativeSpec):
         """Parse ``nats-server --version`` ("nats-server: v2.15.1")."""
         return first_match(r"v(\d+\.\d+\.\d+\S*)", run_for_output([str(binary), "--version"]))
 
-    no_tls = ""
-    no_auth = ""
-
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Write ``nats.conf`` and return ``nats-server -c nats.conf``."""
-        return self._prepare(binary, workdir, host, port, options, None)
-
-    def prepare_secured(
-        self,
-        binary: Path,
-        workdir: Path,
-        host: str,
-        port: int,
-        options: Mapping[str, Any],
-        security: BrokerSecurity,
-    ) -> LaunchPlan:
-        """A ``tls`` block and/or an ``authorization`` block; the latter lives in the
-        private directory and is pulled in with ``include``."""
-        return self._prepare(binary, workdir, host, port, options, security)
-
-    def _prepare(
+    def configure(
         self,
         binary: Path,
         workdir: Path,
@@ -132,6 +110,9 @@ class NatsSpec(NativeSpec):
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
     ) -> LaunchPlan:
+        """Plain: write ``nats.conf`` and return ``nats-server -c nats.conf``. Secured: A
+        ``tls`` block and/or an ``authorization`` block; the latter lives in the private
+        directory and is pulled in with ``include``."""
         opts = merged_options("nats", DEFAULTS, options)
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/nats.py)",

@@ -40,7 +40,7 @@ from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import ErlangSchedulers
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
 from mqbench.brokers.net import free_port
 from mqbench.brokers.probes import amqp_probe, mqtt_probe
 from mqbench.brokers.secured import private_file, tls_probe_context
@@ -120,7 +120,7 @@ def _advanced_config(workdir: Path, security: BrokerSecurity | None) -> Path:
     return path
 
 
-class RabbitMqSpec(NativeSpec):
+class RabbitMqSpec(ConfiguredSpec):
     """A RabbitMQ node whose main port speaks ``protocol`` (``mqtt`` or ``amqp``)."""
 
     option_defaults = DEFAULTS
@@ -159,30 +159,7 @@ class RabbitMqSpec(NativeSpec):
                 return names[-1].removeprefix("rabbitmq_server-")
         return "unknown"
 
-    no_tls = ""
-    no_auth = ""
-
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via ``env``."""
-        return self._prepare(binary, workdir, host, port, options, None)
-
-    def prepare_secured(
-        self,
-        binary: Path,
-        workdir: Path,
-        host: str,
-        port: int,
-        options: Mapping[str, Any],
-        security: BrokerSecurity,
-    ) -> LaunchPlan:
-        """TLS-only AMQP and MQTT listeners (``ssl_options``) and/or the scenario's user as
-        the only user (``default_user``/``default_pass`` in an ``advanced.config`` in the
-        private directory; anonymous MQTT off)."""
-        return self._prepare(binary, workdir, host, port, options, security)
-
-    def _prepare(
+    def configure(
         self,
         binary: Path,
         workdir: Path,
@@ -191,6 +168,10 @@ class RabbitMqSpec(NativeSpec):
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
     ) -> LaunchPlan:
+        """Plain: write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via
+        ``env``. Secured: TLS-only AMQP and MQTT listeners (``ssl_options``) and/or the
+        scenario's user as the only user (``default_user``/``default_pass`` in an
+        ``advanced.config`` in the private directory; anonymous MQTT off)."""
         opts = merged_options("rabbitmq", DEFAULTS, options)
         tls = security.tls if security is not None else None
         auth = security is not None and security.auth

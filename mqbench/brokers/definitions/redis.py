@@ -25,8 +25,8 @@ from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.native_spec import (
+    ConfiguredSpec,
     LaunchPlan,
-    NativeSpec,
     first_match,
     merged_options,
     run_for_output,
@@ -50,7 +50,7 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class RedisSpec(NativeSpec):
+class RedisSpec(ConfiguredSpec):
     """redis-server with a generated config file, Pub/Sub limits written explicitly."""
 
     option_defaults = DEFAULTS
@@ -66,30 +66,7 @@ class RedisSpec(NativeSpec):
         """Parse ``redis-server --version`` ("Redis server v=7.0.15 sha=...")."""
         return first_match(r"v=(\S+)", run_for_output([str(binary), "--version"]))
 
-    no_tls = ""
-    no_auth = ""
-
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Write ``redis.conf`` and return ``redis-server redis.conf``."""
-        return self._prepare(binary, workdir, host, port, options, None)
-
-    def prepare_secured(
-        self,
-        binary: Path,
-        workdir: Path,
-        host: str,
-        port: int,
-        options: Mapping[str, Any],
-        security: BrokerSecurity,
-    ) -> LaunchPlan:
-        """TLS on the only port (``port 0`` + ``tls-port``; the Debian build links
-        OpenSSL) and/or an ACL user (the ``default`` user off) in an ``include``d file in
-        the private directory."""
-        return self._prepare(binary, workdir, host, port, options, security)
-
-    def _prepare(
+    def configure(
         self,
         binary: Path,
         workdir: Path,
@@ -98,6 +75,10 @@ class RedisSpec(NativeSpec):
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
     ) -> LaunchPlan:
+        """Plain: write ``redis.conf`` and return ``redis-server redis.conf``. Secured: TLS on
+        the only port (``port 0`` + ``tls-port``; the Debian build links OpenSSL) and/or an
+        ACL user (the ``default`` user off) in an ``include``d file in the private
+        directory."""
         opts = merged_options("redis", DEFAULTS, options)
         tls = security.tls if security is not None else None
         limit = " ".join(str(opts["pubsub_buffer_limit"]).split())

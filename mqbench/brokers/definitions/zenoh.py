@@ -25,7 +25,7 @@ from typing import Any
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
 from mqbench.brokers.net import tcp_connect
 from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 from mqbench.errors import BrokerError
@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
 (e.g. ``transport/unicast/lowlatency``) to JSON values."""
 
 
-class ZenohSpec(NativeSpec):
+class ZenohSpec(ConfiguredSpec):
     """A zenoh router in router mode on one loopback TCP endpoint."""
 
     option_defaults = DEFAULTS
@@ -56,33 +56,9 @@ class ZenohSpec(NativeSpec):
         """The installed ``eclipse-zenoh`` version (the router runs in this interpreter)."""
         return zenoh_version()
 
-    no_tls = ""
     no_auth = "mqbench does not configure zenoh's user/password authentication (usrpwd)"
 
-    def prepare(
-        self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
-    ) -> LaunchPlan:
-        """Return ``python -m mqbench.brokers.zenoh_router --listen tcp/HOST:PORT ...``.
-
-        The effective settings are also written to ``zenoh-router.json5`` for the record.
-        """
-        return self._prepare(binary, workdir, host, port, options, None)
-
-    def prepare_secured(
-        self,
-        binary: Path,
-        workdir: Path,
-        host: str,
-        port: int,
-        options: Mapping[str, Any],
-        security: BrokerSecurity,
-    ) -> LaunchPlan:
-        """A ``tls/HOST:PORT`` listener with the run's server certificate (and, when client
-        certificates are required, mTLS with the run's CA); users are refused."""
-        self.check_security(security.tls is not None, security.auth)
-        return self._prepare(binary, workdir, host, port, options, security)
-
-    def _prepare(
+    def configure(
         self,
         binary: Path,
         workdir: Path,
@@ -91,6 +67,10 @@ class ZenohSpec(NativeSpec):
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
     ) -> LaunchPlan:
+        """Plain: Return ``python -m mqbench.brokers.zenoh_router --listen tcp/HOST:PORT ...``.
+        The effective settings are also written to ``zenoh-router.json5`` for the record.
+        Secured: A ``tls/HOST:PORT`` listener with the run's server certificate (and, when
+        client certificates are required, mTLS with the run's CA); users are refused."""
         opts = merged_options("zenoh", DEFAULTS, options)
         tls = security.tls if security is not None else None
         extra = opts["extra_config"]
