@@ -9,6 +9,13 @@ same workload, each with two cells:
 * a *high* rate (``--high-rate`` msg/s offered in total, near what this machine's
   generator can drive): delivered throughput, loss and the broker's CPU.
 
+With ``--ceiling``, a saturation search per target and mode instead: the offered rate
+steps up through ``--ceiling-rates`` (msg/s in total) until a step loses more than
+``--ceiling-loss`` %, has a p99 above ``--ceiling-p99-ms`` or saturates the generator;
+the table gives the highest sustainable step and what stopped the search. A search the
+generator stopped measured the generator, not the broker: such a ceiling is printed as
+``>= N ‡`` (a lower bound).
+
 64 B payloads, QoS 0, ``--pairs`` pairs, the lean default client of each protocol, the
 numpy analysis (no Spark). It prints one table and the load average: the machine has two
 cores and other work may run on it, so compare the two rows of one target (measured one
@@ -16,11 +23,13 @@ after the other) and re-measure on a quiet machine before quoting absolute numbe
 
     .venv/bin/python benchmarks/tls_cost.py
     .venv/bin/python benchmarks/tls_cost.py --targets mosquitto,nats --high-rate 40000
+    .venv/bin/python benchmarks/tls_cost.py --ceiling
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -86,6 +95,80 @@ def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dic
     return row
 
 
+def _ceiling(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    rates = [float(r) for r in args.ceiling_rates.split(",")]
+    data = {
+        "name": f"tls-ceiling-{target}-{'tls' if tls else 'plain'}",
+        "targets": [target],
+        "security": {"tls": tls},
+        "workload": {
+            "pairs": args.pairs,
+            "rate": rates[0] / args.pairs,
+            "payload": "64B",
+            "qos": 0,
+            "warmup": "2s",
+            "duration": args.duration,
+            "drain": "3s",
+        },
+        "search": {
+            "axis": "rate",
+            "values": [r / args.pairs for r in rates],
+            "stop": {"loss_pct": args.ceiling_loss, "p99_ms": args.ceiling_p99_ms},
+        },
+        "broker": {"startup_timeout": "120s"},
+    }
+    scenario = validate_scenario(data, "benchmark")
+    result = run_scenario(
+        scenario,
+        scenario_file="benchmark",
+        scenario_data=data,
+        out_root=out,
+        argv=["benchmarks/tls_cost.py", "--ceiling"],
+        reporter=QuietReporter(),
+        evaluate=analyze_cell_numpy,
+    )
+    manifest = json.loads((result.result_dir / "manifest.json").read_text())
+    search = manifest["search"]
+    steps = search["steps"]
+    best = search["highest_sustainable"]
+    stopping = next((step for step in steps if not step["sustainable"]), None)
+    crossed = stopping["crossed"] if stopping else []
+    return {
+        "target": target,
+        "mode": "tls" if tls else "plain",
+        "ceiling": best[0]["value"] * args.pairs if best else None,
+        "delivered": best[0]["throughput_msg_s"] if best else None,
+        "generator_bound": any(c.startswith("generator saturated") for c in crossed),
+        "stopped_by": "; ".join(c.split(" (")[0] for c in crossed)
+        if stopping
+        else "every step sustainable",
+        "stopped_at": stopping["value"] * args.pairs if stopping else None,
+        "open_ended": stopping is None,
+    }
+
+
+def _print_ceilings(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"# ceiling search: {args.pairs} pairs, 64 B, QoS 0, {args.duration} per step, "
+        f"steps {args.ceiling_rates} msg/s, stop at loss > {args.ceiling_loss:g} % or "
+        f"p99 > {args.ceiling_p99_ms:g} ms or a saturated generator; load average "
+        f"{os.getloadavg()[0]:.2f} (1 min) after the run"
+    )
+    print("| target | mode | highest sustainable msg/s | delivered msg/s | stopped at | by |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        bound = r["generator_bound"] or r["open_ended"]
+        ceiling = "-" if r["ceiling"] is None else f"{r['ceiling']:,.0f}"
+        if bound and r["ceiling"] is not None:
+            ceiling = f">= {ceiling} ‡"
+        stopped_at = "-" if r["stopped_at"] is None else f"{r['stopped_at']:,.0f}"
+        print(
+            f"| {r['target']} | {r['mode']} | {ceiling} | {_fmt(r['delivered'], ',.0f')} | "
+            f"{stopped_at} | {r['stopped_by']} |"
+        )
+    print("‡ a lower bound: the generator, or the last step, stopped the search, not the broker")
+
+
 def _fmt(value: Any, spec: str) -> str:
     if value is None:
         return "-"
@@ -102,13 +185,21 @@ def main() -> None:
     parser.add_argument("--fixed-rate", type=float, default=2000.0, help="msg/s, all pubs")
     parser.add_argument("--high-rate", type=float, default=30000.0, help="msg/s, all pubs")
     parser.add_argument("--duration", default="5s")
+    parser.add_argument("--ceiling", action="store_true", help="saturation search instead")
+    parser.add_argument("--ceiling-rates", default="4000,6000,9000,13500,20000,30000,45000,67500")
+    parser.add_argument("--ceiling-loss", type=float, default=0.1, help="% lost to stop at")
+    parser.add_argument("--ceiling-p99-ms", type=float, default=50.0)
     args = parser.parse_args()
     rows = []
+    measure = _ceiling if args.ceiling else _measure
     with tempfile.TemporaryDirectory(prefix="mqbench-tls-cost-") as tmp:
         for target in args.targets.split(","):
             for tls in (False, True):
-                rows.append(_measure(target, tls, args, Path(tmp)))
+                rows.append(measure(target, tls, args, Path(tmp)))
                 print(f"measured {target} {'tls' if tls else 'plain'}", file=sys.stderr)
+    if args.ceiling:
+        _print_ceilings(rows, args)
+        return
     print(
         f"# {args.pairs} pairs, 64 B, QoS 0, {args.duration} measured per cell; "
         f"fixed {args.fixed_rate:g} msg/s, high {args.high_rate:g} msg/s offered; "
