@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mqbench.scenario.model import Churn, Groups, Scenario
-from mqbench.scenario.security import is_secret_name, redact
+from mqbench.scenario.security import options_label, redact
 from mqbench.scenario.topologies import TopologyShape, shape_of
 from mqbench.scenario.units import format_number, format_size
 
@@ -51,16 +51,8 @@ class Cell:
 
     @property
     def broker_label(self) -> str | None:
-        """The variant's label for cell ids: ``label`` or the option values joined.
-
-        Options whose names say they are secrets (``is_secret_name``) never appear in it.
-        """
-        options = {k: v for k, v in self.broker_options if not is_secret_name(k)}
-        if "label" in options:
-            return str(options["label"])
-        if not options:
-            return None
-        return "-".join(str(v) for _, v in sorted(options.items()))
+        """The variant's label for cell ids (:func:`options_label`): no secret in it."""
+        return options_label(dict(self.broker_options))
 
     @property
     def shape(self) -> TopologyShape:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mqbench.records.format import HEADER_SIZE
-from mqbench.scenario.security import Security
+from mqbench.scenario.security import Security, options_label
 from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
 
@@ -405,6 +405,23 @@ class BrokerOptions(_Strict):
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return _as_list(value) if value is not None else [{}]
+
+    @field_validator("options")
+    @classmethod
+    def _distinct_labels(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Each variant becomes its own cell folder: two variants with one label (they differ
+        # only in a secret, which never reaches an id, or give the same values) would collide.
+        seen: dict[str | None, int] = {}
+        for number, options in enumerate(value, start=1):
+            label = options_label(options)
+            if label in seen:
+                same = f"the same label {label!r}" if label else "no label"
+                raise ValueError(
+                    f"entries {seen[label]} and {number} give cell ids {same} (secret "
+                    "values never appear in ids); give each a distinct 'label'"
+                )
+            seen[label] = number
+        return value
 
     @field_validator("startup_timeout", mode="before")
     @classmethod

@@ -57,6 +57,19 @@ def is_secret_name(name: str) -> bool:
     return any(lowered.endswith(word) for word in ("password", "pass", "secret", "token"))
 
 
+def options_label(options: dict[str, Any]) -> str | None:
+    """A ``broker.options`` variant's label for cell ids: ``label`` or the values joined.
+
+    Options whose names say they are secrets (:func:`is_secret_name`) never appear in it.
+    """
+    shown = {k: v for k, v in options.items() if not is_secret_name(k)}
+    if "label" in shown:
+        return str(shown["label"])
+    if not shown:
+        return None
+    return "-".join(str(v) for _, v in sorted(shown.items()))
+
+
 def redact(value: Any) -> Any:
     """A copy of ``value`` (JSON-like data) with every secret-named key's value replaced."""
     if isinstance(value, dict):

@@ -94,7 +94,12 @@ def check_resources(scenario: Scenario) -> None:
 
 
 def check_cells(scenario: Scenario, cells: Sequence[Cell]) -> None:
-    """Every cell's topology can be built, sharded and served by its client."""
+    """Every cell has its own folder; its topology can be built, sharded and served."""
+    ids: set[str] = set()
+    for cell in cells:
+        if cell.id in ids:  # the folder would be written twice
+            raise ScenarioError(f"two cells have the id {cell.id!r}; give the variants labels")
+        ids.add(cell.id)
     cpus = os.cpu_count() or 1
     for cell in cells:
         if scenario.generator.engine == "local":
