@@ -34,6 +34,8 @@ class CellAggregate:
     hist_lag: Hist = field(default_factory=empty_hist)
     hist_ack: Hist = field(default_factory=empty_hist)
     per_second: list[int] = field(default_factory=list)
+    last_recv_ns: int = 0
+    """The latest receive time of any delivery record (0: none)."""
 
 
 def add_series(total: list[int], part: np.ndarray) -> list[int]:
@@ -83,6 +85,7 @@ def merge_partials(
             continue
         agg.delivery_records += part.records
         agg.recv_in_window += part.recv_in_window
+        agg.last_recv_ns = max(agg.last_recv_ns, part.last_recv_ns)
         agg.routed += part.routed
         agg.unrouted += part.unrouted
         agg.reordered += part.reordered

@@ -200,6 +200,8 @@ class DeliveryPartial:
     first_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     max_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     per_second: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    last_recv_ns: int = 0
+    """The latest receive time of any record in the chunk (0: no record)."""
 
 
 @dataclass
@@ -247,9 +249,11 @@ def scan_deliveries(plan: CellPlan, rec: np.ndarray) -> DeliveryPartial:
     out = DeliveryPartial(
         records=int(rec.size), recv_in_window=recv_in, routed=routed, unrouted=unrouted
     )
-    if recv_in:
+    if rec.size:
         t_recv = rec["t_sent"] + rec["lat"].astype(np.int64) * LAT_UNIT_NS
-        out.per_second = per_second_counts(plan, t_recv)
+        out.last_recv_ns = int(t_recv.max())
+        if recv_in:
+            out.per_second = per_second_counts(plan, t_recv)
     if routed == 0:
         return out
     out.hist_intended = histogram_of(lat_int, plan.approx_bits)

@@ -67,6 +67,8 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
         t_recv = rec["t_sent"] + rec["lat"].astype(np.int64) * LAT_UNIT_NS
         in_win = (t_recv >= plan.win_start) & (t_recv < plan.win_end)
         agg.recv_in_window += int(in_win.sum())
+        if rec.size:
+            agg.last_recv_ns = max(agg.last_recv_ns, int(t_recv.max()))
         if bins:
             idx = (t_recv[in_win] - plan.win_start) // 1_000_000_000
             per_second += np.bincount(idx, minlength=bins)[:bins]

@@ -81,6 +81,10 @@ class CellPlan:
     """The window end was moved to before an unclosed record file's last checkpoint."""
     latency_error_ms: float | None = None
     """Clock error bound added to every latency (routes across load tasks), else None."""
+    drain_ns: int = 0
+    """How long subscribers listened after the window (``drain_s``)."""
+    drain_end_ns: int | None = None
+    """When subscribers stopped listening (the ``drain_finished`` event), if recorded."""
 
     @property
     def window_ns(self) -> int:
@@ -300,7 +304,17 @@ def build_plan(
         send_failures_expected=bool(entry.send_failures_expected),
         clipped_for_records=clipped_for_records,
         latency_error_ms=_latency_error_ms(entry),
+        drain_ns=drain_ns,
+        drain_end_ns=_drain_end(folder),
     )
+
+
+def _drain_end(folder: Path) -> int | None:
+    """When the cell's subscribers stopped listening (its ``drain_finished`` event)."""
+    for event in read_events(folder):
+        if event.kind is EventKind.DRAIN_FINISHED:
+            return event.t_ns
+    return None
 
 
 def _latency_error_ms(entry: CellEntry) -> float | None:

@@ -36,8 +36,8 @@ from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import GeneratorVerdict
 from mqbench.records.worker_stats import WorkerStats
 
-SUMMARY_SCHEMA_VERSION: Final = 4
-READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3, 4)
+SUMMARY_SCHEMA_VERSION: Final = 5
+READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3, 4, 5)
 """Versions :meth:`CellSummary.from_dict` reads; older ones lack the fields added later."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
@@ -169,6 +169,12 @@ class CellSummary:
     latency_error_ms: float | None = None
     """Clock error bound (ms) on every latency of the cell when routes crossed the clocks
     of two load tasks (distributed load); None when every latency used one clock."""
+    # Added in schema version 5 (None / False: not known for an older summary).
+    last_delivery_s: float | None = None
+    """Seconds from the window's end to the last delivery of any record (None: none)."""
+    backlog_at_drain_end: bool = False
+    """Deliveries were still arriving at the end of the drain while messages were missing:
+    the broker was behind, so part of the loss is messages not yet delivered, not dropped."""
 
     @property
     def latency_generator_bound(self) -> bool:
@@ -282,6 +288,21 @@ def _pct(part: int, whole: int) -> float | None:
     return 100.0 * part / whole if whole else None
 
 
+BACKLOG_TAIL_NS: Final = 1_000_000_000
+"""A delivery in the drain's last second (or its last third, if shorter) means backlog."""
+
+
+def backlog_at_drain_end(plan: CellPlan, last_recv_ns: int, missing: int) -> bool:
+    """True when messages are missing and deliveries still arrived as the drain ended."""
+    if missing <= 0 or last_recv_ns <= 0 or plan.window_clipped:
+        return False
+    drain_end = (
+        plan.drain_end_ns if plan.drain_end_ns is not None else (plan.win_end + plan.drain_ns)
+    )
+    tail = min(BACKLOG_TAIL_NS, (drain_end - plan.win_end) // 3)
+    return last_recv_ns >= drain_end - tail
+
+
 def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     """Turn exact aggregates into the summary (shared by the Spark and numpy engines)."""
     window_s = plan.window_ns / 1e9
@@ -351,6 +372,8 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         latency_verdict=latency_verdict.kind,
         latency_reason=latency_verdict.reason,
         latency_error_ms=plan.latency_error_ms,
+        last_delivery_s=(agg.last_recv_ns - plan.win_end) / 1e9 if agg.last_recv_ns else None,
+        backlog_at_drain_end=backlog_at_drain_end(plan, agg.last_recv_ns, lost),
         unsent=unsent,
         expected_scheduled=scheduled_deliveries,
         loss_sent_pct=_pct(lost, scheduled_deliveries),
@@ -448,7 +471,7 @@ def write_summary_parquet(result_dir: Path, summaries: list[CellSummary]) -> Pat
 
 
 SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    ("schema_version", "int", "-", "summary schema version (4)"),
+    ("schema_version", "int", "-", "summary schema version (5)"),
     ("cell_id", "str", "-", "cell id from the manifest"),
     ("index, repeat", "int", "-", "cell position in the matrix and repeat number"),
     ("status", "str", "-", "manifest cell status: `completed` or `interrupted`"),
@@ -568,6 +591,21 @@ SUMMARY_FIELDS: Final[tuple[tuple[str, str, str, str], ...]] = (
         "ms",
         "clock error bound on every latency when routes crossed two load tasks' clocks "
         "(`generator.engine: spark`, `cells[].clocks.latency_error_ns`); null: one clock",
+    ),
+    (
+        "last_delivery_s",
+        "float",
+        "s",
+        "receive time of the last delivery record (any message) minus window_end; null: none",
+    ),
+    (
+        "backlog_at_drain_end",
+        "bool",
+        "-",
+        "messages sent in the window are missing and a delivery arrived in the drain's last "
+        "second (last third if shorter): the broker was behind, so `lost` counts messages "
+        "not delivered by the end of the drain, which may include queued ones; lengthen "
+        "`workload.drain` to tell a backlog from drops",
     ),
 )
 """(field, type, unit, meaning) rows documented in docs/results.md."""

@@ -263,13 +263,15 @@ def _analyze(
 ) -> None:
     from mqbench.analysis.api import analyze_results
     from mqbench.cli.progress import AnalysisReporter
-    from mqbench.cli.tables import fault_table, summary_table
+    from mqbench.cli.tables import backlog_notes, fault_table, summary_table
 
     with AnalysisReporter(console) as reporter:
         analysis = analyze_results(
             result_dir, master=master, conf=conf, approx=approx, on_progress=reporter.update
         )
     console.print(summary_table(analysis.summaries))
+    for line in backlog_notes(analysis.summaries):
+        console.print(line)
     if analysis.faults:
         console.print(fault_table(analysis.faults))
 

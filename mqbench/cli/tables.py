@@ -100,6 +100,25 @@ def summary_table(summaries: Sequence[CellSummary]) -> Table:
     return table
 
 
+def backlog_notes(summaries: Sequence[CellSummary]) -> list[str]:
+    """One line per cell whose loss includes messages still queued when the drain ended."""
+    lines = []
+    for s in summaries:
+        if not s.backlog_at_drain_end:
+            continue
+        drain = s.params.get("drain_s")
+        lines.append(
+            f"[yellow]{s.cell_id}[/]: deliveries were still arriving when the "
+            f"{drain:g} s drain ended (last {s.last_delivery_s:.2f} s after the window): the "
+            f"broker was behind, so the {s.lost:,} lost include messages it may still have "
+            "held; lengthen workload.drain to tell a backlog from drops"
+            if isinstance(drain, int | float) and s.last_delivery_s is not None
+            else f"[yellow]{s.cell_id}[/]: deliveries were still arriving when the drain "
+            "ended: the loss includes messages the broker may still have held"
+        )
+    return lines
+
+
 def fault_table(metrics: dict[str, dict[str, Any]]) -> Table:
     """One row per cell with faults: downtime, latency in/out of faults, recovery times."""
     table = Table(title="faults (latency from the intended send time)", title_justify="left")
