@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ def test_the_drain_end_event_takes_precedence_over_the_nominal_drain(tmp_path: P
     # a delivery 0.95 s after the window is then far from the drain's end.
     cell = _cell(tmp_path, range(50), lambda s: 1 * MS + s * 20 * MS)
     events = tmp_path / "cells" / "c0" / "events.jsonl"
-    events.write_text('{"t_ns": %d, "kind": "drain_finished"}\n' % (100 * MS + 3000 * MS))
+    stopped = 100 * MS + 3000 * MS
+    events.write_text(json.dumps({"t_ns": stopped, "kind": "drain_finished"}) + "\n")
     for summary in _both_engines(tmp_path, cell):
         assert summary.lost == 50 and not summary.backlog_at_drain_end
