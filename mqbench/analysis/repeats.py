@@ -197,6 +197,8 @@ class RepeatAggregate:
     """Some repeat's latency was shaped by the generator (``latency_verdict``)."""
     invalid_kinds: tuple[str, ...] = ()
     """Kinds of invalidity found in any repeat (``mqbench/analysis/verdict.py``), sorted."""
+    any_backlog: bool = False
+    """Some repeat's loss includes a backlog at the drain's end (``backlog_at_drain_end``)."""
 
     @property
     def n(self) -> int:
@@ -214,6 +216,7 @@ class RepeatAggregate:
             "all_valid": self.all_valid,
             "any_latency_generator_bound": self.any_latency_bound,
             "invalid_kinds": ",".join(self.invalid_kinds) or None,
+            "any_backlog_at_drain_end": self.any_backlog,
         }
         for name, m in self.metrics.items():
             row[f"{name}_n"] = m.n
@@ -261,6 +264,7 @@ def aggregate_repeats(summaries: Sequence[CellSummary]) -> list[RepeatAggregate]
                 invalid_kinds=tuple(
                     sorted({r.kind.value for s in members for r in s.invalid_reasons})
                 ),
+                any_backlog=any(s.backlog_at_drain_end for s in members),
             )
         )
     return sorted(out, key=lambda a: a.index)

@@ -27,19 +27,22 @@ HATCHES: Final[dict[Mark, str]] = {
     Mark.SATURATED: "///",
     Mark.LATENCY_BOUND: "...",
     Mark.INVALID: "xx",
+    Mark.BACKLOG: "\\\\",
 }
 LINESTYLES: Final[dict[Mark, Literal["--", ":", "-."]]] = {
     Mark.SATURATED: "--",
     Mark.LATENCY_BOUND: ":",
     Mark.INVALID: "-.",
+    Mark.BACKLOG: "--",
 }
 MARKERS: Final[dict[Mark, tuple[str, bool]]] = {
     Mark.SATURATED: ("o", False),
     Mark.LATENCY_BOUND: ("D", False),
     Mark.INVALID: ("X", True),
+    Mark.BACKLOG: ("s", False),
 }
 """Marker and whether it is filled, for a point with the mark."""
-PRIORITY: Final = (Mark.INVALID, Mark.SATURATED, Mark.LATENCY_BOUND)
+PRIORITY: Final = (Mark.INVALID, Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG)
 """Which mark's style wins when a value has several (every symbol is still written)."""
 LEGEND_COLUMNS: Final = 4
 TITLE_CHARS_PER_INCH: Final = 8.5

@@ -1,11 +1,13 @@
-"""The three marks a report puts on numbers it cannot vouch for, with their footnotes.
+"""The marks a report puts on numbers it cannot vouch for, with their footnotes.
 
 - ``†`` the generator saturated in some repeat: the load generator, not the broker, limited
   the cell;
 - ``‡`` the latency was generator-bound in some repeat (``latency_verdict``): only latency
   values carry it;
 - ``§`` the cell was invalid in some repeat for another reason (the broker exited, sends
-  failed, records were truncated).
+  failed, records were truncated);
+- ``¶`` the loss includes a backlog in some repeat (``backlog_at_drain_end``): the broker
+  was still delivering when the drain ended; only loss values carry it.
 
 Tables append the symbols to the value; figures draw marked bars hatched, marked points
 hollow or crossed and marked CDF lines dashed or dotted, each with a legend entry.
@@ -26,9 +28,10 @@ class Mark(StrEnum):
     SATURATED = "†"
     LATENCY_BOUND = "‡"
     INVALID = "§"
+    BACKLOG = "¶"
 
 
-ORDER: Final = (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.INVALID)
+ORDER: Final = (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.INVALID, Mark.BACKLOG)
 """The order marks are appended and explained in (``0.3 † ‡``, ``1.2 † §``)."""
 
 NOTES: Final[dict[Mark, str]] = {
@@ -40,6 +43,10 @@ NOTES: Final[dict[Mark, str]] = {
     Mark.INVALID: "§ invalid in at least one repeat for a reason other than the generator "
     "(the broker exited, sends failed, or records were truncated; see invalid_reasons in "
     "summary.json): the numbers do not measure the broker.",
+    Mark.BACKLOG: "¶ the broker was still delivering when the drain ended in at least one "
+    "repeat (backlog_at_drain_end): the loss counts messages not delivered by then, which "
+    "may include messages it still held, not only drops; a longer workload.drain tells them "
+    "apart.",
 }
 """The footnote under a table that uses the mark."""
 
@@ -47,6 +54,7 @@ LEGEND: Final[dict[Mark, str]] = {
     Mark.SATURATED: "† generator saturated",
     Mark.LATENCY_BOUND: "‡ latency generator-bound",
     Mark.INVALID: "§ invalid (broker exited, sends failed, truncated)",
+    Mark.BACKLOG: "¶ loss includes a backlog at the drain's end",
 }
 """The legend entry of a figure that draws the mark."""
 
@@ -56,12 +64,14 @@ def invalid_beyond_generator(agg: RepeatAggregate) -> bool:
     return any(kind != "generator_saturated" for kind in agg.invalid_kinds)
 
 
-def marks_of(agg: RepeatAggregate, latency: bool = False) -> tuple[Mark, ...]:
-    """The marks of a cell's value; ``latency``: the value is a latency (‡ applies)."""
+def marks_of(agg: RepeatAggregate, latency: bool = False, loss: bool = False) -> tuple[Mark, ...]:
+    """The marks of a cell's value; ``latency``: the value is a latency (‡ applies);
+    ``loss``: the value is a loss (¶ applies)."""
     found = {
         Mark.SATURATED: agg.any_saturated,
         Mark.INVALID: invalid_beyond_generator(agg),
         Mark.LATENCY_BOUND: latency and agg.any_latency_bound,
+        Mark.BACKLOG: loss and agg.any_backlog,
     }
     return tuple(m for m in ORDER if found[m])
 

@@ -59,6 +59,7 @@ _LATEX_SPECIAL: Final = {
     "†": r"\textsuperscript{\dag}",
     "‡": r"\textsuperscript{\ddag}",
     "§": r"\textsuperscript{\S}",
+    "¶": r"\textsuperscript{\P}",
     "≥": r"$\geq$",
 }
 

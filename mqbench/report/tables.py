@@ -63,10 +63,12 @@ def pivot(
     always: Sequence[str] = (),
     note: str | None = None,
     latency: bool = False,
+    loss: bool = False,
 ) -> list[Table]:
     """One table per facet: rows = values of ``row_axis``, columns = ``col_axis``.
 
-    ``latency``: the values include latency, so latency-bound cells get ``‡``.
+    ``latency``: the values include latency, so latency-bound cells get ``‡``; ``loss``:
+    they include loss, so cells with a backlog at the drain's end get ``¶``.
     """
     tables: list[Table] = []
     for facet, members in axes.facets(aggs, (row_axis, col_axis), always):
@@ -84,7 +86,7 @@ def pivot(
                 ]
                 texts = []
                 for h in hits:
-                    marks = marks_of(h, latency)
+                    marks = marks_of(h, latency, loss)
                     used.update(marks)
                     texts.append(with_marks(value(h), marks))
                 row.append("; ".join(texts) if texts else "-")
@@ -185,7 +187,7 @@ def qos_table(aggs: Sequence[RepeatAggregate], axes: ReportAxes) -> list[Table]:
     title = "Loss (%) and latency p50 / p95 (ms) by target and QoS"
     if faults:
         title += " under faults"
-    return pivot("qos", title, aggs, axes, "target", "qos", _loss_lat, latency=True)
+    return pivot("qos", title, aggs, axes, "target", "qos", _loss_lat, latency=True, loss=True)
 
 
 def _offered(agg: RepeatAggregate) -> str:
@@ -221,7 +223,9 @@ def cells_table(aggs: Sequence[RepeatAggregate], axes: ReportAxes) -> Table:
     used: set[Mark] = set()
     for a in aggs:
         marks, lat_marks = marks_of(a), marks_of(a, latency=True)
+        loss_marks = marks_of(a, loss=True)
         used.update(lat_marks)
+        used.update(loss_marks)
         row = [with_marks(a.base_id, marks), axis_text("target", axis_value(a, "target"))]
         row += [axis_text(x, axis_value(a, x)) for x in shown]
         row += [str(a.n), _offered(a)]
@@ -232,6 +236,8 @@ def cells_table(aggs: Sequence[RepeatAggregate], axes: ReportAxes) -> Table:
                 if metric.startswith("latency_") and Mark.LATENCY_BOUND in lat_marks:
                     text = with_marks(text, [Mark.LATENCY_BOUND])
                 row.append(text)
+            elif metric == "loss_pct" and Mark.BACKLOG in loss_marks:
+                row.append(with_marks(fmt_ci(m), [Mark.BACKLOG]))
             else:
                 row.append(fmt_ci(m))
         rows.append(row)

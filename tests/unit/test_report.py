@@ -247,3 +247,19 @@ def test_latency_bound_cells_are_marked_in_latency_tables_only() -> None:
     assert row[cells.header.index("p50 (ms)")].endswith("‡")
     assert not row[cells.header.index("throughput (msg/s)")].endswith("‡")
     assert latex_escape("1 ‡") == r"1 \textsuperscript{\ddag}"
+
+
+def test_loss_with_a_backlog_at_the_drain_end_is_marked_on_loss_values_only() -> None:
+    aggs = _qos_aggs()
+    aggs[0] = RepeatAggregate(**{**aggs[0].__dict__, "any_backlog": True})
+    tables = build_tables(aggs)
+    qos = next(t for t in tables if t.key == "qos")
+    assert qos.rows[0][1].endswith("¶")
+    assert not qos.rows[0][2].endswith("¶")
+    assert any(n.startswith("¶ the broker was still delivering") for n in qos.notes)
+    cells = next(t for t in tables if t.key == "cells")
+    row = cells.rows[0]
+    assert row[cells.header.index("loss (%)")].endswith("¶")
+    assert not row[cells.header.index("p50 (ms)")].endswith("¶")
+    assert not row[0].endswith("¶")  # the cell id: the other numbers are not in question
+    assert latex_escape("99.9 ¶") == r"99.9 \textsuperscript{\P}"
