@@ -3,7 +3,7 @@
 # brokers, Maven) when run as root with apt, then a virtualenv in .venv with mqbench and its
 # Python dependencies, then the Java brokers' jars from Maven Central (HiveMQ CE, Artemis).
 #   scripts/install.sh          runtime dependencies
-#   scripts/install.sh --dev    plus test and lint tools
+#   scripts/install.sh --dev    plus test and lint tools, and the reference toxiproxy-server
 # Without root it installs what it can and lists what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -101,5 +101,9 @@ if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
 else
     say "WARNING: mvn or javac is missing; targets hivemq and artemis cannot be fetched"
     say "         install them with: sudo apt-get install maven $JAVA_PACKAGE"
+fi
+# Tests only: the reference toxiproxy-server the built-in fault proxy is compared against.
+if ((DEV)); then
+    scripts/build_toxiproxy.sh || say "WARNING: could not build toxiproxy-server (above)"
 fi
 say "done: $(.venv/bin/mqbench version)"

@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -525,11 +526,20 @@ def test_proxy_module_runs_as_a_process_that_serves_the_api_and_stops_on_sigterm
 
 # -- Toxiproxy 2.12.0 behaviour, measured on real sockets ----------------------------------
 #
-# These run against the built-in proxy and, when MQBENCH_TOXIPROXY_SERVER names a
-# toxiproxy-server 2.12.0 binary (docs/faults.md says how to build one), against the real
-# Toxiproxy too, so the same assertions show that both behave alike.
+# These run against the built-in proxy and against the real Toxiproxy 2.12.0, so the same
+# assertions show that both behave alike. `scripts/install.sh --dev` (the test command)
+# builds toxiproxy-server from the Go module proxy into ~/.cache/mqbench (scripts/
+# build_toxiproxy.sh); MQBENCH_TOXIPROXY_SERVER names another binary.
 
 TOXIPROXY_BIN_ENV = "MQBENCH_TOXIPROXY_SERVER"
+TOXIPROXY_BUILT = Path.home() / ".cache" / "mqbench" / "toxiproxy-2.12.0" / "toxiproxy-server"
+
+
+def _toxiproxy_binary() -> str | None:
+    named = os.environ.get(TOXIPROXY_BIN_ENV)
+    if named:
+        return named
+    return str(TOXIPROXY_BUILT) if TOXIPROXY_BUILT.exists() else None
 
 
 class Api:
@@ -600,9 +610,12 @@ def api(request: pytest.FixtureRequest) -> Iterator[Api]:
         with ProxyServerThread(seed=11) as server:
             yield Api(server.url, builtin=True)
         return
-    binary = os.environ.get(TOXIPROXY_BIN_ENV)
-    if not binary:
-        pytest.skip(f"set {TOXIPROXY_BIN_ENV} to a toxiproxy-server 2.12.0 to compare with it")
+    binary = _toxiproxy_binary()
+    if binary is None:
+        pytest.skip(
+            f"no toxiproxy-server 2.12.0 at {TOXIPROXY_BUILT} (scripts/build_toxiproxy.sh "
+            f"needs Go) and {TOXIPROXY_BIN_ENV} is not set"
+        )
     with _real_toxiproxy(binary) as url:
         yield Api(url, builtin=False)
 
