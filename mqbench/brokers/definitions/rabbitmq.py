@@ -40,6 +40,7 @@ from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import ErlangSchedulers
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
 from mqbench.brokers.net import free_port
 from mqbench.brokers.probes import amqp_probe, mqtt_probe
@@ -167,6 +168,7 @@ class RabbitMqSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via
         ``env``. Secured: TLS-only AMQP and MQTT listeners (``ssl_options``) and/or the
@@ -218,9 +220,9 @@ class RabbitMqSpec(ConfiguredSpec):
         if security is not None and tls is not None:
             verify = security.require_client_cert
             lines += [
-                f"ssl_options.cacertfile = {tls.ca_cert}",
-                f"ssl_options.certfile = {tls.server_cert}",
-                f"ssl_options.keyfile = {tls.server_key}",
+                f"ssl_options.cacertfile = {mounts.seen(tls.ca_cert)}",
+                f"ssl_options.certfile = {mounts.seen(tls.server_cert)}",
+                f"ssl_options.keyfile = {mounts.seen(tls.server_key)}",
                 f"ssl_options.verify = {'verify_peer' if verify else 'verify_none'}",
                 f"ssl_options.fail_if_no_peer_cert = {'true' if verify else 'false'}",
             ]
@@ -256,16 +258,16 @@ class RabbitMqSpec(ConfiguredSpec):
             encoding="utf-8",
         )
         env = {
-            "HOME": str(workdir),
-            "RABBITMQ_CONF_ENV_FILE": str(env_file),
-            "RABBITMQ_CONFIG_FILE": str(config_path),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": str(_advanced_config(workdir, security)),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(enabled),
+            "HOME": mounts.seen(workdir),
+            "RABBITMQ_CONF_ENV_FILE": mounts.seen(env_file),
+            "RABBITMQ_CONFIG_FILE": mounts.seen(config_path),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": mounts.seen(_advanced_config(workdir, security)),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": mounts.seen(enabled),
             "RABBITMQ_NODENAME": nodename,
             "RABBITMQ_USE_LONGNAME": "false",
-            "RABBITMQ_MNESIA_BASE": str(mnesia),
-            "RABBITMQ_LOG_BASE": str(logs),
-            "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
+            "RABBITMQ_MNESIA_BASE": mounts.seen(mnesia),
+            "RABBITMQ_LOG_BASE": mounts.seen(logs),
+            "RABBITMQ_PID_FILE": mounts.seen(workdir / "rabbitmq.pid"),
             "RABBITMQ_DIST_PORT": str(dist_port),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
             "ERL_EPMD_PORT": str(epmd_port),

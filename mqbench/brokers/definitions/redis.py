@@ -24,6 +24,7 @@ from typing import Any
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
@@ -74,6 +75,7 @@ class RedisSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``redis.conf`` and return ``redis-server redis.conf``. Secured: TLS on
         the only port (``port 0`` + ``tls-port``; the Debian build links OpenSSL) and/or an
@@ -95,7 +97,7 @@ class RedisSpec(ConfiguredSpec):
             "daemonize no",
             'save ""',
             "appendonly no",
-            f"dir {_quote(str(workdir))}",
+            f"dir {_quote(mounts.seen(workdir))}",
             'logfile ""',
             "loglevel notice",
             "databases 1",
@@ -107,9 +109,9 @@ class RedisSpec(ConfiguredSpec):
         ]
         if security is not None and tls is not None:
             lines += [
-                f"tls-cert-file {_quote(str(tls.server_cert))}",
-                f"tls-key-file {_quote(str(tls.server_key))}",
-                f"tls-ca-cert-file {_quote(str(tls.ca_cert))}",
+                f"tls-cert-file {_quote(mounts.seen(tls.server_cert))}",
+                f"tls-key-file {_quote(mounts.seen(tls.server_key))}",
+                f"tls-ca-cert-file {_quote(mounts.seen(tls.ca_cert))}",
                 f"tls-auth-clients {'yes' if security.require_client_cert else 'no'}",
             ]
         if security is not None and security.auth:
@@ -121,7 +123,7 @@ class RedisSpec(ConfiguredSpec):
                 "~* &* +@all\n",
                 encoding="utf-8",
             )
-            lines.append(f"include {_quote(str(users))}")
+            lines.append(f"include {_quote(mounts.seen(users))}")
         shown = list(lines)
         password = opts["password"]
         if password:
@@ -156,7 +158,7 @@ class RedisSpec(ConfiguredSpec):
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(
-            argv=[str(binary), str(config_path)],
+            argv=[str(binary), mounts.seen(config_path)],
             config_path=config_path,
             config_text="\n".join(shown) + "\n",
             settings=settings,
