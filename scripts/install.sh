@@ -102,4 +102,16 @@ else
     say "WARNING: mvn or javac is missing; targets hivemq and artemis cannot be fetched"
     say "         install them with: sudo apt-get install maven $JAVA_PACKAGE"
 fi
+# The Compose Specification's JSON schema (tests/unit/compose_schema.py validates the
+# generated compose documents with it) ships in the Go module Docker Compose v2 loads files
+# with; fetched once into Go's module cache.
+if ((DEV)); then
+    if command -v go >/dev/null 2>&1; then
+        if ! go mod download github.com/compose-spec/compose-go/v2@v2.16.2; then
+            say "WARNING: could not fetch the Compose schema module; the compose schema tests fail"
+        fi
+    else
+        say "WARNING: Go is missing; the compose schema tests need it (apt-get install golang)"
+    fi
+fi
 say "done: $(.venv/bin/mqbench version)"

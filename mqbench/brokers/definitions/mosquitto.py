@@ -24,11 +24,12 @@ import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, mosquitto_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
@@ -202,6 +203,16 @@ DEFINITION = BrokerDefinition(
             native=MosquittoSpec,
             native_source="Debian package mosquitto",
             compose=ComposeEntry("mosquitto.yaml", "mosquitto"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/sbin/mosquitto"),
+                # eclipse-mosquitto's Dockerfile creates user and group mosquitto as 1883.
+                uid=1883,
+                gid=1883,
+                port=1883,
+                healthcheck=mosquitto_healthcheck,
+                # The plain compose file's limits, so plain and secured runs compare.
+                options={"user": "mosquitto", "max_inflight_messages": 0},
+            ),
         ),
     ),
 )

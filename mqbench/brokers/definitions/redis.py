@@ -18,11 +18,12 @@ cap; Redis lowers it itself (and logs it) when the file limit is smaller.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, redis_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
@@ -32,6 +33,7 @@ from mqbench.brokers.native_spec import (
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.net import is_loopback
 from mqbench.brokers.probes import redis_probe
 from mqbench.brokers.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
@@ -93,7 +95,9 @@ class RedisSpec(ConfiguredSpec):
             "# written by mqbench (mqbench/brokers/definitions/redis.py)",
             f"bind {host}",
             *([f"port {port}"] if tls is None else ["port 0", f"tls-port {port}"]),
-            "protected-mode yes",
+            # Protected mode refuses non-loopback peers of a password-less default user;
+            # a container listens on 0.0.0.0 behind a port published on loopback only.
+            f"protected-mode {'yes' if is_loopback(host) else 'no'}",
             "daemonize no",
             'save ""',
             "appendonly no",
@@ -143,7 +147,7 @@ class RedisSpec(ConfiguredSpec):
             "io_threads": int(opts["io_threads"]),
             "save": "",
             "appendonly": False,
-            "protected_mode": True,
+            "protected_mode": is_loopback(host),
             "requirepass": bool(password),
         }
         ready = None
@@ -182,6 +186,15 @@ DEFINITION = BrokerDefinition(
             native=RedisSpec,
             native_source="Debian package redis-server",
             compose=ComposeEntry("redis.yaml", "redis"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/local/bin/redis-server"),
+                # The redis image's Dockerfile creates user and group redis as 999.
+                uid=999,
+                gid=999,
+                port=6379,
+                healthcheck=redis_healthcheck,
+                options={"pubsub_buffer_limit": "0 0 0", "maxclients": 100000},
+            ),
         ),
     ),
 )

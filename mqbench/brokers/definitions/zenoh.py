@@ -180,6 +180,10 @@ DEFINITION = BrokerDefinition(
             native=ZenohSpec,
             native_source="router mode of the PyPI package eclipse-zenoh",
             compose=ComposeEntry("zenoh.yaml", "zenoh"),
+            docker_security_gap=(
+                "the zenoh image runs zenohd, not the router mqbench configures natively "
+                "(mqbench/brokers/zenoh_router.py), so the native TLS config does not apply"
+            ),
         ),
     ),
 )
