@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -321,3 +324,51 @@ def test_every_compose_file_is_valid_against_the_compose_specification() -> None
 def test_the_schema_check_catches_a_key_compose_does_not_know() -> None:
     errors = compose_errors({"services": {"broker": {"image": "x:1", "mount": "/a"}}})
     assert errors and "mount" in errors[0]
+
+
+@needs_root
+def test_a_secured_docker_run_that_fails_leaves_no_secret_in_results_or_console(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    fake.set_rules(
+        {"match": ["compose", "version"], "stdout": "2.29.7\n"},
+        {"match": ["info"], "stdout": "27.3.1\n"},
+        {"match": ["compose", "up"], "stderr": "container mosquitto is unhealthy\n", "rc": 1},
+        {"match": ["compose", "logs"], "stdout": "mosquitto-1 | Opening ipv4 listen socket\n"},
+    )
+    scenario = tmp_path / "secured-docker.yaml"
+    scenario.write_text(
+        "name: secured-docker\ntargets: mosquitto\nruntime: docker\n"
+        "security: {tls: true, auth: {username: bob, password_env: H2_DOCKER_PW}}\n"
+        "workload: {pairs: 1, rate: 10, payload: 64, duration: 1s, warmup: 0s, drain: 1s}\n"
+    )
+    env = {**os.environ, "H2_DOCKER_PW": SECRET}
+    env.pop("MQBENCH_DEBUG", None)
+    out = tmp_path / "out"
+    stages = "mqbench-private-*/broker/docker-mqbench-mosquitto-*"
+    before = set(Path(tempfile.gettempdir()).glob(stages))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mqbench.cli",
+            "run",
+            str(scenario),
+            "--no-analyze",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    console = proc.stdout + proc.stderr
+    assert "container mosquitto is unhealthy" in console and "Traceback" not in console
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert "compose.secured.yaml" in {p.name for p in written}, console
+    assert [str(p) for p in written if SECRET.encode() in p.read_bytes()] == []
+    assert SECRET not in console
+    assert all(SECRET not in " ".join(argv) for argv in fake.argvs())
+    assert set(Path(tempfile.gettempdir()).glob(stages)) - before == set()  # removed
