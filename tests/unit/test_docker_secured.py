@@ -115,6 +115,8 @@ def test_the_secured_compose_document_is_valid_and_mounts_the_staged_files(
     assert service["ports"] == base["ports"]
     assert all(p.startswith("${MQBENCH_BIND:-127.0.0.1}:") for p in service["ports"])
     assert service["healthcheck"]["interval"] == base["healthcheck"]["interval"]
+    # the password travels as a mounted file only: no variable is added to the container
+    assert service.get("environment") == base.get("environment")
 
 
 @needs_root
