@@ -14,7 +14,7 @@ name every file at its mount point, so the config names ``/mqbench/work/...`` an
   for the healthcheck), the spec's secret files (mosquitto's PBKDF2 password file, NATS's
   authorization block, Redis's ACL file, RabbitMQ's ``advanced.config`` -- the last three
   hold the password in clear, as the brokers need it) and ``probe.password`` for the
-  healthchecks that log in.
+  healthchecks that log in (mosquitto's, Redis's).
 
 ``<stage>`` lies in the run's private directory (``BrokerSecurity.private_dir``, 0700,
 outside the result folder, removed after the run). Every file and directory in it is
@@ -89,6 +89,8 @@ class SecuredContainer:
     """The compose ``healthcheck.test`` (unescaped; ``secured_service`` escapes ``$``)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Broker options the container needs: fixed ports, the plain compose file's limits."""
+    healthcheck_logs_in: bool = False
+    """The healthcheck logs in: with auth on, ``probe.password`` is written for it."""
 
     @property
     def user(self) -> str:
@@ -202,7 +204,7 @@ def stage_secured(
         mounts,
     )
     password_file = None
-    if security.auth:
+    if security.auth and container.healthcheck_logs_in:
         assert security.password is not None
         path = private / PROBE_PASSWORD
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -210,6 +210,7 @@ DEFINITION = BrokerDefinition(
                 gid=1883,
                 port=1883,
                 healthcheck=mosquitto_healthcheck,
+                healthcheck_logs_in=True,
                 # The plain compose file's limits, so plain and secured runs compare.
                 options={"user": "mosquitto", "max_inflight_messages": 0},
             ),

@@ -193,6 +193,7 @@ DEFINITION = BrokerDefinition(
                 gid=999,
                 port=6379,
                 healthcheck=redis_healthcheck,
+                healthcheck_logs_in=True,
                 options={"pubsub_buffer_limit": "0 0 0", "maxclients": 100000},
             ),
         ),
