@@ -106,8 +106,10 @@ fi
 # generated compose documents with it) ships in the Go module Docker Compose v2 loads files
 # with; fetched once into Go's module cache.
 if ((DEV)); then
-    if command -v go >/dev/null 2>&1; then
-        if ! go mod download github.com/compose-spec/compose-go/v2@v2.16.2; then
+    GO="$(command -v go || true)"
+    [[ -z "$GO" && -x /usr/local/go/bin/go ]] && GO=/usr/local/go/bin/go
+    if [[ -n "$GO" ]]; then
+        if ! "$GO" mod download github.com/compose-spec/compose-go/v2@v2.16.2; then
             say "WARNING: could not fetch the Compose schema module; the compose schema tests fail"
         fi
     else

@@ -25,7 +25,7 @@ COMPOSE_GO = "github.com/compose-spec/compose-go/v2@v2.16.2"
 @functools.cache
 def compose_schema() -> dict[str, Any]:
     """The schema document (fails the test, not skips it, when it cannot be had)."""
-    go = shutil.which("go") or (
+    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin:/usr/lib/go/bin") or (
         "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
     )
     if go is None:
