@@ -39,13 +39,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PASSWORD = "Container-pw-5d1e"
 WRONG = "Wrong-pw-0c7b"
-TARGETS = ["mosquitto", "nats", "redis", "rabbitmq-mqtt"]
+TARGETS = ["mosquitto", "nats", "redis", "rabbitmq-mqtt", "rabbitmq-amqp"]
 CASES = [
     ("mosquitto", "mqtt"),
     ("nats", "nats"),
     ("redis", "redis"),
     ("rabbitmq-mqtt", "mqtt"),
     ("rabbitmq-mqtt", "amqp"),
+    ("rabbitmq-amqp", "amqp"),
 ]
 
 
