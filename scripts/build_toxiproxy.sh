@@ -2,7 +2,8 @@
 # Build the reference Toxiproxy server (2.12.0, from the Go module proxy) that the fault
 # proxy's integration tests compare the built-in proxy against (docs/faults.md).
 # Writes ~/.cache/mqbench/toxiproxy-2.12.0/toxiproxy-server (MQBENCH_TOXIPROXY_DIR); a
-# no-op when it is already there. Needs a Go toolchain; without one it says so and exits 0
+# no-op when it is already there. Needs a Go toolchain (GO, else go on PATH, else
+# /usr/local/go/bin/go); without one it says so and exits 0
 # (the comparison tests then skip, naming the missing binary).
 set -euo pipefail
 
@@ -15,7 +16,9 @@ say() { printf 'mqbench install: %s\n' "$*"; }
 if [[ -x "$BIN" ]]; then
     exit 0
 fi
-if ! command -v go >/dev/null 2>&1; then
+GO="${GO:-$(command -v go || true)}"
+[[ -z "$GO" && -x /usr/local/go/bin/go ]] && GO=/usr/local/go/bin/go
+if [[ -z "$GO" ]]; then
     say "WARNING: no Go toolchain; the reference toxiproxy-server $VERSION is not built and"
     say "         the fault proxy's comparison tests will skip (docs/faults.md)"
     exit 0
@@ -25,7 +28,7 @@ mkdir -p "$DIR"
 build="$(mktemp -d)"
 trap 'rm -rf "$build"' EXIT
 # GOFLAGS=-mod=mod: build from the module proxy, outside any Go workspace.
-GOBIN="$build" GOFLAGS=-mod=mod go install \
+GOBIN="$build" GOFLAGS=-mod=mod "$GO" install \
     -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=$VERSION" \
     "github.com/Shopify/toxiproxy/v2/cmd/server@v$VERSION"
 mv "$build/server" "$BIN"

@@ -102,8 +102,21 @@ else
     say "WARNING: mvn or javac is missing; targets hivemq and artemis cannot be fetched"
     say "         install them with: sudo apt-get install maven $JAVA_PACKAGE"
 fi
-# Tests only: the reference toxiproxy-server the built-in fault proxy is compared against.
+# Tests only. The Compose Specification's JSON schema (tests/unit/compose_schema.py
+# validates the generated compose documents with it) ships in the Go module Docker Compose
+# v2 loads files with; fetched once into Go's module cache. And the reference
+# toxiproxy-server the built-in fault proxy is compared against (scripts/build_toxiproxy.sh).
 if ((DEV)); then
-    scripts/build_toxiproxy.sh || say "WARNING: could not build toxiproxy-server (above)"
+    GO="$(command -v go || true)"
+    [[ -z "$GO" && -x /usr/local/go/bin/go ]] && GO=/usr/local/go/bin/go
+    if [[ -n "$GO" ]]; then
+        if ! "$GO" mod download github.com/compose-spec/compose-go/v2@v2.16.2; then
+            say "WARNING: could not fetch the Compose schema module; the compose schema tests fail"
+        fi
+        GO="$GO" scripts/build_toxiproxy.sh || say "WARNING: could not build toxiproxy-server (above)"
+    else
+        say "WARNING: Go is missing; the compose schema tests need it (apt-get install golang)"
+        say "         and the fault proxy's comparison tests with toxiproxy-server will skip"
+    fi
 fi
 say "done: $(.venv/bin/mqbench version)"

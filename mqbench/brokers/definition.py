@@ -19,6 +19,7 @@ from mqbench.brokers.knobs import NoKnobs, ProfileKnobs
 
 if TYPE_CHECKING:
     from mqbench.brokers.compose import ComposeEntry
+    from mqbench.brokers.container_security import SecuredContainer
     from mqbench.brokers.maven import JavaDistribution
     from mqbench.brokers.native_spec import NativeSpec
 
@@ -104,6 +105,11 @@ class TargetDefinition:
     """The jars ``mqbench brokers fetch`` downloads for a Java broker."""
     docker_hooks: DockerHooks | None = None
     """Target-specific steps of the docker runtime."""
+    secured_container: SecuredContainer | None = None
+    """How the docker runtime runs the native spec's secured config in the image (TLS,
+    users); None: the docker runtime refuses ``security`` for this target."""
+    docker_security_gap: str = ""
+    """Why the docker runtime cannot secure this target (one line; shown when refused)."""
 
     @property
     def target(self) -> Target:

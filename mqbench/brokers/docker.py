@@ -42,20 +42,28 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import yaml
 
-from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.base import Availability, BrokerSecurity, StartRequest
 from mqbench.brokers.compose import ComposeEntry, compose_dir, load_compose, service_images
+from mqbench.brokers.container_security import (
+    MOUNT_PRIVATE,
+    MOUNT_WORK,
+    StagedConfig,
+    secured_service,
+    stage_secured,
+)
 from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
 from mqbench.brokers.docker_stats import ContainerRef, ContainerStatsSource, sdk_stats_reader
 from mqbench.brokers.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
-from mqbench.brokers.net import free_port, port_in_use
-from mqbench.brokers.profiles import get_profile
+from mqbench.brokers.native_spec import ReadyCheck
+from mqbench.brokers.net import free_port, is_loopback, port_in_use
+from mqbench.brokers.profiles import Profile, get_profile
 from mqbench.brokers.registry import compose_entry, docker_option_owners, get_definition
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
@@ -105,16 +113,6 @@ def engine_remote_host(env: Mapping[str, str]) -> str | None:
         if ipaddress.ip_address(host).is_loopback:
             return None
     return host
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and 127.0.0.0/8 / ::1 addresses."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class DockerCli:
@@ -343,12 +341,15 @@ class DockerRuntime:
         env: Mapping[str, str] | None = None,
         client_factory: Callable[[Mapping[str, str]], Any] = _sdk_client,
         compose_folder: Path | None = None,
+        wait_ready: ReadyWait | None = None,
     ) -> None:
-        """``env`` (default ``os.environ``), the SDK client factory and the compose folder
-        are injectable so tests can use a fake CLI and a fake SDK."""
+        """``env`` (default ``os.environ``), the SDK client factory, the compose folder and
+        the host-side readiness wait of secured brokers are injectable so tests can use a
+        fake CLI and a fake SDK."""
         self.cli = DockerCli(env)
         self._client_factory = client_factory
         self._compose_folder = compose_folder
+        self._wait_ready = wait_ready or wait_until_ready
         self._engine: tuple[str | None, dict[str, str]] | None = None
 
     @property
@@ -425,17 +426,34 @@ class DockerRuntime:
             )
 
     def check_security(self, target: str, tls: bool, auth: bool) -> None:
-        """The compose files run brokers without TLS or users: refused (docs/brokers.md)."""
-        if tls or auth:
+        """TLS and users need the target's secured container config (its definition's
+        ``secured_container``) and an engine on this machine (the run's key and password
+        files are bind-mounted from here); otherwise one line saying why."""
+        if not (tls or auth):
+            return
+        definition = get_definition(target)
+        container = definition.secured_container
+        if container is None:
             raise BrokerError(
-                f"the docker runtime does not configure TLS or authentication for {target}; "
-                "use runtime: native, or runtime: external with a broker you configured"
+                f"the docker runtime does not configure TLS or authentication for {target}: "
+                f"{definition.docker_security_gap or 'no secured container config'}; use "
+                "runtime: native, or runtime: external with a broker you configured"
+            )
+        if definition.native is not None:
+            definition.native().check_security(tls, auth)
+        remote = engine_remote_host(self.cli.env)
+        if remote is not None:
+            raise BrokerError(
+                f"{target}: a secured broker in Docker mounts the run's key and password files "
+                f"from this machine, which the engine at {remote} (DOCKER_HOST) cannot see; "
+                "run mqbench on that machine"
             )
 
     def start(self, request: StartRequest) -> DockerBroker:
         """Start the target's compose project and return once it is healthy."""
-        if request.security is not None:
-            self.check_security(request.target, request.security.tls is not None, True)
+        security = request.security
+        if security is not None:
+            self.check_security(request.target, security.tls is not None, security.auth)
         availability = self.availability(request.target)
         if not availability.available:
             raise BrokerError(f"{request.target}: {availability.reason}")
@@ -473,6 +491,9 @@ class DockerRuntime:
             raise BrokerError(
                 f"cannot create broker work directory {request.workdir}: {exc}"
             ) from exc
+        staged: StagedConfig | None = None
+        if security is not None:
+            staged = self._stage_secured(project, definition, ct, security, request, profile)
         resolved = self._record_files(project, request.workdir)
         timeout_s = max(request.startup_timeout_s, ct.min_startup_s)
         started = time.monotonic()
@@ -489,6 +510,11 @@ class DockerRuntime:
                     definition.docker_hooks,
                     ct,
                     ComposeStarted(request.target, endpoint_host, dict(ports), opts, remaining),
+                )
+            if staged is not None:
+                remaining = max(timeout_s - (time.monotonic() - started), 5.0)
+                self._secured_ready(
+                    project, request.target, ct, staged, endpoint_host, ports, remaining
                 )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -516,6 +542,22 @@ class DockerRuntime:
             "started_ns": time.time_ns(),
         }
         info.update(hook_facts)
+        if security is not None and staged is not None:
+            info["security"] = security.describe()
+            info["secured_container"] = {
+                "user": staged.user,
+                "mounts": {
+                    str(MOUNT_WORK): str(staged.work),
+                    str(MOUNT_PRIVATE): f"{staged.private} (read-only)",
+                },
+                "argv": list(staged.plan.argv),
+                "healthcheck": list(staged.healthcheck),
+            }
+            info["config_path"] = (
+                staged.mounts.seen(staged.plan.config_path) if staged.plan.config_path else None
+            )
+            info["config"] = staged.plan.config_text
+            info["settings"] = dict(staged.plan.settings)
         api = getattr(client, "api", None)
         reader = sdk_stats_reader(api) if api is not None else None
         inspect = getattr(api, "inspect_container", None) if api is not None else None
@@ -533,6 +575,64 @@ class DockerRuntime:
             raise BrokerError(
                 f"{started.target}: {exc}; last log lines: {logs or '(none)'}"
             ) from exc
+
+    def _stage_secured(
+        self,
+        project: ComposeProject,
+        definition: TargetDefinition,
+        ct: ComposeEntry,
+        security: BrokerSecurity,
+        request: StartRequest,
+        profile: Profile,
+    ) -> StagedConfig:
+        """Write the secured config into the run's private directory, and the compose file
+        that mounts it into the result folder (``compose.secured.yaml``: no secret); the
+        project runs that file from now on."""
+        container = definition.secured_container
+        assert container is not None
+        stage = security.private_dir / f"docker-{project.name}"
+        try:
+            staged = stage_secured(definition, stage, security, "0.0.0.0", container.port)
+        except OSError as exc:
+            raise BrokerError(f"{request.target}: cannot write the secured config: {exc}") from exc
+        if profile.cpus is not None:
+            tuned, _ = definition.knobs.tune(request.target, staged.plan, profile, {})
+            staged = replace(staged, plan=replace(staged.plan, argv=tuned.argv))
+        document = secured_service(load_compose(project.file), ct.service, staged)
+        path = request.workdir / "compose.secured.yaml"
+        path.write_text(
+            "# written by mqbench (mqbench/brokers/container_security.py) from "
+            f"{project.file.name}\n" + yaml.safe_dump(document, sort_keys=False),
+            encoding="utf-8",
+        )
+        if staged.plan.config_path is not None:
+            (request.workdir / f"container-{staged.plan.config_path.name}").write_text(
+                staged.plan.config_text, encoding="utf-8"
+            )
+        project.file = path
+        return staged
+
+    def _secured_ready(
+        self,
+        project: ComposeProject,
+        target: str,
+        ct: ComposeEntry,
+        staged: StagedConfig,
+        host: str,
+        ports: Mapping[str, int],
+        timeout_s: float,
+    ) -> None:
+        """The spec's own readiness probe from this machine, with the run's TLS settings,
+        on the published port: the healthcheck ran inside the container only."""
+        check = staged.plan.ready_check or staged.spec.check_ready
+        port = ports[ct.port_var]
+        if not self._wait_ready(check, host, port, timeout_s):
+            logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
+            raise BrokerError(
+                f"{target}: healthy in Docker, but the secured listener at {host}:{port} did "
+                f"not answer a TLS/login probe from here within {timeout_s:g} s; "
+                f"last log lines: {logs or '(none)'}"
+            )
 
     def _ports(
         self, ct: ComposeEntry, request: StartRequest, bind: str, remote: str | None
@@ -621,6 +721,24 @@ class DockerRuntime:
             raise BrokerError(
                 f"the Docker SDK cannot reach the engine (needed for container stats): {exc}"
             ) from exc
+
+
+ReadyWait = Callable[[ReadyCheck, str, int, float], bool]
+"""``(check, host, port, timeout_s) -> ready``: polls a readiness probe until a deadline."""
+
+READY_POLL_S = 0.5
+
+
+def wait_until_ready(check: ReadyCheck, host: str, port: int, timeout_s: float) -> bool:
+    """Call ``check`` until it answers True or ``timeout_s`` passes (bounded probes)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if check(host, port, min(remaining, 2.0)):
+            return True
+        time.sleep(min(READY_POLL_S, max(deadline - time.monotonic(), 0.0)))
 
 
 def _hook_variables(definition: TargetDefinition, options: Mapping[str, Any]) -> dict[str, str]:

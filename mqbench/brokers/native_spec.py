@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mqbench.brokers.mounts import NATIVE, Mounts
+
 if TYPE_CHECKING:
     from mqbench.brokers.base import BrokerSecurity
 
@@ -203,6 +205,11 @@ class ConfiguredSpec(NativeSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Write the config into ``workdir`` (secrets into ``security.private_dir``) and
-        return the command line; the contract of ``prepare`` and ``prepare_secured``."""
+        return the command line; the contract of ``prepare`` and ``prepare_secured``.
+
+        Every file the config or the command line names is named through
+        ``mounts.seen`` (the path the broker process sees: the same one natively, the
+        mount point inside a container)."""

@@ -11,8 +11,19 @@ user asked for).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import time
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and 127.0.0.0/8 / ::1 addresses."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -243,9 +243,9 @@ def test_the_built_in_broker_requires_the_configured_login(tmp_path: Path) -> No
     assert classifier.classify("c", "eve", SECRET.encode()) is None
 
 
-def test_the_docker_runtime_refuses_security_with_a_reason() -> None:
+def test_the_docker_runtime_refuses_security_for_a_target_without_a_secured_container() -> None:
     with pytest.raises(BrokerError, match="docker runtime does not configure TLS"):
-        DockerRuntime().check_security("mosquitto", True, False)
+        DockerRuntime().check_security("emqx", True, False)
 
 
 def test_a_broker_without_secured_config_is_refused_naming_it() -> None:

@@ -223,6 +223,10 @@ DEFINITION = BrokerDefinition(
             native=ActiveMqSpec,
             native_source="Debian package activemq",
             compose=ComposeEntry("activemq.yaml", "activemq", min_startup_s=120.0),
+            docker_security_gap=(
+                "mqbench's ActiveMQ config has no TLS connector or users (a Java keystore and a "
+                "users plugin in activemq.xml would be needed)"
+            ),
             knobs=JvmFlags(),
         ),
     ),

@@ -155,6 +155,10 @@ DEFINITION = BrokerDefinition(
             native_source="Maven Central org.apache.artemis:artemis-server + "
             "artemis-mqtt-protocol (embedded)",
             compose=ComposeEntry("artemis.yaml", "artemis", min_startup_s=120.0),
+            docker_security_gap=(
+                "mqbench's Artemis config has no TLS acceptor or users (a Java keystore and JAAS "
+                "users in broker.xml would be needed)"
+            ),
             knobs=JvmFlags(),
             maven=DISTRIBUTION,
         ),

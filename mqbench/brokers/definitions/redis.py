@@ -18,12 +18,14 @@ cap; Redis lowers it itself (and logs it) when the file limit is smaller.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
+from mqbench.brokers.container_security import SecuredContainer, redis_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
@@ -31,6 +33,7 @@ from mqbench.brokers.native_spec import (
     merged_options,
     run_for_output,
 )
+from mqbench.brokers.net import is_loopback
 from mqbench.brokers.probes import redis_probe
 from mqbench.brokers.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
@@ -74,6 +77,7 @@ class RedisSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: write ``redis.conf`` and return ``redis-server redis.conf``. Secured: TLS on
         the only port (``port 0`` + ``tls-port``; the Debian build links OpenSSL) and/or an
@@ -91,11 +95,13 @@ class RedisSpec(ConfiguredSpec):
             "# written by mqbench (mqbench/brokers/definitions/redis.py)",
             f"bind {host}",
             *([f"port {port}"] if tls is None else ["port 0", f"tls-port {port}"]),
-            "protected-mode yes",
+            # Protected mode refuses non-loopback peers of a password-less default user;
+            # a container listens on 0.0.0.0 behind a port published on loopback only.
+            f"protected-mode {'yes' if is_loopback(host) else 'no'}",
             "daemonize no",
             'save ""',
             "appendonly no",
-            f"dir {_quote(str(workdir))}",
+            f"dir {_quote(mounts.seen(workdir))}",
             'logfile ""',
             "loglevel notice",
             "databases 1",
@@ -107,9 +113,9 @@ class RedisSpec(ConfiguredSpec):
         ]
         if security is not None and tls is not None:
             lines += [
-                f"tls-cert-file {_quote(str(tls.server_cert))}",
-                f"tls-key-file {_quote(str(tls.server_key))}",
-                f"tls-ca-cert-file {_quote(str(tls.ca_cert))}",
+                f"tls-cert-file {_quote(mounts.seen(tls.server_cert))}",
+                f"tls-key-file {_quote(mounts.seen(tls.server_key))}",
+                f"tls-ca-cert-file {_quote(mounts.seen(tls.ca_cert))}",
                 f"tls-auth-clients {'yes' if security.require_client_cert else 'no'}",
             ]
         if security is not None and security.auth:
@@ -121,7 +127,7 @@ class RedisSpec(ConfiguredSpec):
                 "~* &* +@all\n",
                 encoding="utf-8",
             )
-            lines.append(f"include {_quote(str(users))}")
+            lines.append(f"include {_quote(mounts.seen(users))}")
         shown = list(lines)
         password = opts["password"]
         if password:
@@ -141,7 +147,7 @@ class RedisSpec(ConfiguredSpec):
             "io_threads": int(opts["io_threads"]),
             "save": "",
             "appendonly": False,
-            "protected_mode": True,
+            "protected_mode": is_loopback(host),
             "requirepass": bool(password),
         }
         ready = None
@@ -156,7 +162,7 @@ class RedisSpec(ConfiguredSpec):
         if extra:
             settings["extra_config"] = extra
         return LaunchPlan(
-            argv=[str(binary), str(config_path)],
+            argv=[str(binary), mounts.seen(config_path)],
             config_path=config_path,
             config_text="\n".join(shown) + "\n",
             settings=settings,
@@ -180,6 +186,16 @@ DEFINITION = BrokerDefinition(
             native=RedisSpec,
             native_source="Debian package redis-server",
             compose=ComposeEntry("redis.yaml", "redis"),
+            secured_container=SecuredContainer(
+                binary=PurePosixPath("/usr/local/bin/redis-server"),
+                # The redis image's Dockerfile creates user and group redis as 999.
+                uid=999,
+                gid=999,
+                port=6379,
+                healthcheck=redis_healthcheck,
+                healthcheck_logs_in=True,
+                options={"pubsub_buffer_limit": "0 0 0", "maxclients": 100000},
+            ),
         ),
     ),
 )

@@ -99,6 +99,11 @@ DEFINITION = BrokerDefinition(
                 "tbmq.yaml", "tbmq", extra_ports={HTTP_PORT_VAR: 8083}, min_startup_s=300.0
             ),
             docker_hooks=TbmqHooks(),
+            docker_security_gap=(
+                "mqbench does not configure TBMQ's TLS listener (its own keystore settings), and "
+                "its users come from the REST API (docker option tbmq_credentials), not from "
+                "security.auth"
+            ),
         ),
     ),
 )

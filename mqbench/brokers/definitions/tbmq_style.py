@@ -196,6 +196,11 @@ DEFINITION = BrokerDefinition(
             native=TbmqStyleSpec,
             native_source="built into mqbench",
             compose=ComposeEntry("tbmq-style.yaml", "broker", min_startup_s=120.0),
+            docker_security_gap=(
+                "its image is built from compose/tbmq-style and runs with the compose file's own "
+                "command; no secured container config is written for it yet (the native runtime "
+                "secures the built-in broker)"
+            ),
         ),
     ),
 )

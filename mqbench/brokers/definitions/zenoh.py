@@ -25,6 +25,7 @@ from typing import Any
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.mounts import NATIVE, Mounts
 from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
 from mqbench.brokers.net import tcp_connect
 from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
@@ -66,6 +67,7 @@ class ZenohSpec(ConfiguredSpec):
         port: int,
         options: Mapping[str, Any],
         security: BrokerSecurity | None,
+        mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
         """Plain: Return ``python -m mqbench.brokers.zenoh_router --listen tcp/HOST:PORT ...``.
         The effective settings are also written to ``zenoh-router.json5`` for the record.
@@ -93,11 +95,11 @@ class ZenohSpec(ConfiguredSpec):
         secured: dict[str, Any] = {}
         if security is not None and tls is not None:
             secured = {
-                "transport/link/tls/listen_certificate": str(tls.server_cert),
-                "transport/link/tls/listen_private_key": str(tls.server_key),
+                "transport/link/tls/listen_certificate": mounts.seen(tls.server_cert),
+                "transport/link/tls/listen_private_key": mounts.seen(tls.server_key),
             }
             if security.require_client_cert:
-                secured["transport/link/tls/root_ca_certificate"] = str(tls.ca_cert)
+                secured["transport/link/tls/root_ca_certificate"] = mounts.seen(tls.ca_cert)
                 secured["transport/link/tls/enable_mtls"] = True
         for key, value in {**secured, **extra}.items():
             argv += ["--config", f"{key}={json.dumps(value)}"]
@@ -178,6 +180,10 @@ DEFINITION = BrokerDefinition(
             native=ZenohSpec,
             native_source="router mode of the PyPI package eclipse-zenoh",
             compose=ComposeEntry("zenoh.yaml", "zenoh"),
+            docker_security_gap=(
+                "the zenoh image runs zenohd, not the router mqbench configures natively "
+                "(mqbench/brokers/zenoh_router.py), so the native TLS config does not apply"
+            ),
         ),
     ),
 )
