@@ -9,10 +9,12 @@ local folder, and publishes the outputs that were not there (``summary.json`` pe
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mqbench.analysis.api import RunAnalysis, analyze_results
 from mqbench.analysis.progress import ProgressFn
@@ -39,16 +41,22 @@ def analyze_remote(
     conf: dict[str, str] | None = None,
     approx: bool = False,
     on_progress: ProgressFn | None = None,
+    spark: Any | None = None,
 ) -> RemoteAnalysis:
     """Analyse the run folder ``folder`` and publish its new outputs there.
 
     ``local`` is a local copy that is already identical to ``folder`` (a run's own staging
     folder, just published); without it the folder is fetched into a temporary folder,
-    removed at the end.
+    removed at the end. ``spark`` reuses a running session (not stopped); otherwise one is
+    started with ``master`` and ``conf`` and stopped at the end.
     """
     from mqbench.analysis.spark import spark_session
 
-    with spark_session(master, conf) as session:
+    with (
+        contextlib.nullcontext(spark)
+        if spark is not None
+        else spark_session(master, conf) as session
+    ):
         fs = HadoopFs(session.sparkContext, folder)
         work: Path | None = None
         try:
