@@ -500,6 +500,7 @@ def _run_cell(
         stage: SparkStage | None = None
         if distributed:
             stage = _spark_stage(scenario, cell, topology.routes, plans)
+            sampler.add_source(stage)  # every task samples itself and ships the samples
 
         def on_start(start_ns: int) -> None:
             # The schedule and the planned window are known now: store them before a single
@@ -522,7 +523,9 @@ def _run_cell(
             connect_rate=cell.connect_rate,
             expected_per_sent=cell.expected_delivery_rate / cell.offered_rate,
             on_progress=lambda p: reporter.progress(cell, p),
-            on_workers=lambda pids: sampler.add_role("generator", pids),
+            on_workers=None
+            if stage is not None
+            else lambda pids: sampler.add_role("generator", pids),
             on_start=on_start,
             launcher=stage,
         )

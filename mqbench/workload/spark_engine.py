@@ -37,6 +37,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.sampler import ProcessLike, Sample
 from mqbench.endpoint import Endpoint
 from mqbench.errors import ClockError, LoadTaskLost, MqbenchError, TransportError
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock
@@ -52,8 +53,12 @@ STAGE_START_S = 180.0
 """How long the stage may take until every task said hello (executors start Python)."""
 EXECUTORS_WAIT_S = 120.0
 """How long to wait for the cluster's executors to register before submitting the stage."""
+SAMPLE_INTERVAL_S = 1.0
+"""How often a task samples its own CPU and RSS (as the driver's resource sampler does)."""
 SHIP_INTERVAL_S = 0.5
 """How often a task sends the records its worker flushed (it flushes at least once a second)."""
+STALE_SAMPLE_S = 2.5
+"""A task's CPU/RSS sample older than this is not counted (the task stopped reporting)."""
 STAGE_END_S = 30.0
 """After the cell, how long the stage may take to return before it is cancelled."""
 
@@ -86,6 +91,17 @@ class TaskHello:
     host: str
     pid: int
     before: ClockOffset
+
+
+@dataclass(frozen=True)
+class TaskSample:
+    """CPU (cores) and RSS of a task's own Python process over the last second."""
+
+    task: int
+    host: str
+    pid: int
+    cpu_cores: float
+    rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -143,7 +159,8 @@ def run_shard(
     to_driver(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
     staging = Path(tempfile.mkdtemp(prefix=f"mqbench-task-{plan.worker}-"))
     try:
-        shipper = RecordShipper(StagingReader(staging), to_driver)
+        sampler = SelfSampler(plan.worker, host)
+        shipper = RecordShipper(StagingReader(staging), to_driver, sampler=sampler)
         stats, released = _relay(
             replace(plan, cell_dir=str(staging)), driver, to_driver, shipper, barrier, clock
         )
@@ -209,11 +226,54 @@ def _relay(
     return stats, released
 
 
+class SelfSampler:
+    """A task's own process: CPU cores and RSS at most every ``interval_s`` (psutil).
+
+    The first call takes the baseline; later calls return a :class:`TaskSample` once
+    ``interval_s`` has passed since the previous one (None before).
+    """
+
+    def __init__(
+        self,
+        task: int,
+        host: str,
+        process: ProcessLike | None = None,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        import psutil
+
+        self.task = task
+        self.host = host
+        self.process: ProcessLike = process if process is not None else psutil.Process()
+        self.interval_ns = int(interval_s * 1e9)
+        self._monotonic_ns = monotonic_ns
+        self._prev: tuple[int, float] | None = None
+
+    def sample(self) -> TaskSample | None:
+        """A sample when the interval has passed since the previous one, else None."""
+        now = self._monotonic_ns()
+        if self._prev is not None and now - self._prev[0] < self.interval_ns:
+            return None
+        try:
+            times = self.process.cpu_times()
+            rss = int(self.process.memory_info().rss)
+        except Exception:  # psutil errors: no sample this time
+            return None
+        cpu = float(times.user + times.system)
+        prev, self._prev = self._prev, (now, cpu)
+        if prev is None:
+            return None
+        cores = (cpu - prev[1]) / ((now - prev[0]) / 1e9)
+        return TaskSample(self.task, self.host, self.process.pid, cores, rss)
+
+
 class RecordShipper:
     """A thread that sends what the worker flushed to the driver every ``interval_s``.
 
     It runs beside the worker's event loop (never on it), so shipping does not disturb
-    send timing. ``finish`` stops the thread and ships what is left (the closed files).
+    send timing; with a ``sampler`` it also sends the task's CPU/RSS samples (1 Hz).
+    ``finish`` stops the thread and ships what is left (the closed files).
     """
 
     def __init__(
@@ -221,10 +281,12 @@ class RecordShipper:
         reader: StagingReader,
         send: Callable[[tuple[str, Any]], None],
         interval_s: float = SHIP_INTERVAL_S,
+        sampler: SelfSampler | None = None,
     ) -> None:
         self.reader = reader
         self.send = send
         self.interval_s = interval_s
+        self.sampler = sampler
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="mqbench-shipper", daemon=True)
@@ -236,8 +298,16 @@ class RecordShipper:
         self._thread.start()
 
     def _run(self) -> None:
+        if self.sampler is not None:
+            self.sampler.sample()  # the baseline
         while not self._stop.wait(self.interval_s):
             self.ship()
+            sample = self.sampler.sample() if self.sampler is not None else None
+            if sample is not None and not self.broken:
+                try:
+                    self.send(("resources", sample))
+                except OSError:
+                    self.broken = True
 
     def ship(self) -> None:
         """Send everything new now (one caller at a time)."""
@@ -274,9 +344,14 @@ class SparkTaskHandle(WorkerHandle):
         super().__init__(plan, conn)
         self.hello = hello
         self.sink = RecordSink(Path(plan.cell_dir), plan.worker)
+        self.latest: tuple[float, TaskSample] | None = None
+        """When the task's last CPU/RSS sample arrived (monotonic s) and the sample."""
 
     def receive(self, kind: str, data: Any) -> bool:
-        """Records the task shipped go to the cell folder."""
+        """Records the task shipped go to the cell folder; its samples are kept."""
+        if kind == "resources" and isinstance(data, TaskSample):
+            self.latest = (time.monotonic(), data)
+            return True
         if kind != "records":
             return False
         item: Shipment = data
@@ -410,6 +485,37 @@ class SparkStage:
                 self._listener.close()
             if self._time is not None:
                 self._time.close()
+
+    def sample(self, t_ns: int) -> list[Sample]:
+        """The tasks' latest CPU/RSS samples as ``resources.csv`` rows (a ``SampleSource``).
+
+        One ``generator`` row summing every task that reported within the last
+        ``STALE_SAMPLE_S``, like the local generator's row, and one
+        ``generator:task-N@host`` row per task.
+        """
+        now = time.monotonic()
+        fresh = [
+            sample
+            for handle in self._handles
+            if handle.latest is not None and now - handle.latest[0] <= STALE_SAMPLE_S
+            for sample in (handle.latest[1],)
+        ]
+        if not fresh:
+            return []
+        rows = [
+            Sample(
+                t_ns,
+                "generator",
+                fresh[0].pid,
+                sum(s.cpu_cores for s in fresh),
+                sum(s.rss_bytes for s in fresh),
+            )
+        ]
+        for s in sorted(fresh, key=lambda s: s.task):
+            rows.append(
+                Sample(t_ns, f"generator:task-{s.task}@{s.host}", s.pid, s.cpu_cores, s.rss_bytes)
+            )
+        return rows
 
     def clocks(self) -> GeneratorClocks:
         """Per task: clock offsets before/after and the barrier exit (the manifest entry)."""

@@ -1,9 +1,11 @@
-"""Records shipped from a task's staging folder to the cell folder, piece by piece."""
+"""Records (and CPU/RSS samples) shipped from a Spark task to the driver, piece by piece."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from mqbench.records.transfer import (
     StagingReader,
 )
 from mqbench.records.writer import RecordWriter
-from mqbench.workload.spark_engine import RecordShipper
+from mqbench.workload.spark_engine import RecordShipper, SelfSampler, SparkStage, TaskSample
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
@@ -169,3 +171,73 @@ def test_a_broken_driver_connection_stops_the_shipping_quietly(tmp_path: Path) -
     shipper.finish()
     shipper.ship()
     assert shipper.broken and calls == ["records"]
+
+
+class _Times:
+    def __init__(self, user: float, system: float) -> None:
+        self.user, self.system = user, system
+
+
+class _Memory:
+    def __init__(self, rss: int) -> None:
+        self.rss = rss
+
+
+class _FakeProcess:
+    """A process whose CPU time and RSS the test sets."""
+
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.rss = 100
+
+    def create_time(self) -> float:
+        return 0.0
+
+    def cpu_times(self) -> _Times:
+        return _Times(self.cpu, 0.0)
+
+    def memory_info(self) -> _Memory:
+        return _Memory(self.rss)
+
+    def children(self, recursive: bool = False) -> list[Any]:
+        return []
+
+
+def test_a_task_samples_its_own_cpu_and_rss_once_a_second() -> None:
+    process, now = _FakeProcess(), [0]
+    sampler = SelfSampler(3, "exec-host", process, monotonic_ns=lambda: now[0])
+    assert sampler.sample() is None  # the baseline
+    now[0], process.cpu, process.rss = 500_000_000, 0.4, 200
+    assert sampler.sample() is None  # not a second yet
+    now[0], process.cpu = 2_000_000_000, 1.0
+    sample = sampler.sample()
+    assert sample == TaskSample(3, "exec-host", 4242, 0.5, 200)
+
+
+def _handle(task: int, host: str, sample: TaskSample | None, age_s: float) -> Any:
+    handle = SimpleNamespace(latest=None)
+    if sample is not None:
+        handle.latest = (time.monotonic() - age_s, sample)
+    return handle
+
+
+def test_the_driver_writes_every_tasks_samples_as_generator_rows() -> None:
+    stage = SparkStage(
+        master="x", conf={}, bind_host="127.0.0.1", max_clock_error_ns=None, crossing_routes=0
+    )
+    stage._handles = [
+        _handle(1, "b", TaskSample(1, "b", 11, 0.25, 1000), 0.5),
+        _handle(0, "a", TaskSample(0, "a", 10, 0.5, 3000), 0.2),
+        _handle(2, "c", TaskSample(2, "c", 12, 0.9, 9), 10.0),  # stopped reporting
+        _handle(3, "d", None, 0),
+    ]
+    rows = stage.sample(77)
+    assert [(r.role, r.pid, r.cpu_cores, r.rss_bytes, r.t_ns) for r in rows] == [
+        ("generator", 11, 0.75, 4000, 77),
+        ("generator:task-0@a", 10, 0.5, 3000, 77),
+        ("generator:task-1@b", 11, 0.25, 1000, 77),
+    ]
+    stage._handles = []
+    assert stage.sample(78) == []
