@@ -360,8 +360,9 @@ def scenario_validate(
     scenario_file: Annotated[Path, typer.Argument(metavar="FILE", help="Scenario YAML file.")],
     overrides: SetOption = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Root folder results would go to (disk space).")
-    ] = Path("results"),
+        str,
+        typer.Option("--out", help="Root folder (or URI) results would go to (disk space)."),
+    ] = "results",
 ) -> None:
     """Check a scenario file without running anything: everything `run` checks before it
     starts (keys, values, targets installed, broker options, QoS and other client
@@ -374,7 +375,7 @@ def scenario_validate(
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
         try:
-            cells = preflight(scenario, out_root=out)
+            cells = preflight(scenario, out_root=parse_location(out))
         except ScenarioError as exc:
             raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")

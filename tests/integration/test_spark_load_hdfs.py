@@ -5,13 +5,17 @@ the Hadoop FileSystem API, ``analyze`` reads it from HDFS and publishes its outp
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -20,6 +24,7 @@ from spark_load_helpers import run, small_scenario
 
 from mqbench.analysis.api import analyze_results
 from mqbench.analysis.remote import analyze_remote
+from mqbench.cli.app import app
 from mqbench.errors import ResultsError
 from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, fetch_folder
 from mqbench.records.integrity import check_record_file
@@ -108,3 +113,29 @@ def test_a_run_to_hdfs_counts_what_a_local_run_does_and_analyze_reads_it_there(
     # the run folder is never reserved (so never written) twice
     with pytest.raises(ResultsError, match="never overwritten"):
         fs.reserve(folder)
+
+
+def test_the_cli_runs_to_hdfs_analyses_there_and_never_overwrites(
+    hdfs: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Last in the module: the CLI's analysis stops the Spark session it finds running.
+    monkeypatch.delenv("MQBENCH_DEBUG", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's staging goes here
+    data = small_scenario("nats", {"engine": "spark", "master": MASTER})
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    root = RemoteRoot(f"{hdfs}/cli")
+    fs = HadoopFs(spark.sparkContext, root)
+    result = CliRunner().invoke(app, ["run", str(scenario), "--out", root.uri])
+    assert result.exit_code == 0, result.output
+    shown = re.search(r"results: (hdfs://\S+)", result.output)
+    assert shown is not None
+    folder = RemoteRoot(shown.group(1))
+    files = fs.files(folder)
+    assert "summary.parquet" in files
+    assert any(name.endswith("/summary.json") for name in files)
+    assert not list(tmp_path.glob("mqbench-run-*"))  # the staging folder is gone
+    again = CliRunner().invoke(app, ["analyze", folder.uri])
+    assert again.exit_code == 0, again.output
+    assert "existed: not overwritten" in again.output
+    assert fs.files(folder) == files
