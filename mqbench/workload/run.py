@@ -64,8 +64,9 @@ from mqbench.workload.topology import build_topology, fault_targets
 class RunReporter(Protocol):
     """What the CLI shows while a run goes on (implemented with Rich in ``cli``)."""
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        """The result folder exists and cells are about to run."""
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
+        """The result folder exists (on the output URI when there is one) and cells are
+        about to run."""
 
     def cell_started(self, cell: Cell) -> None:
         """A cell begins (broker start)."""
@@ -86,7 +87,7 @@ class RunReporter(Protocol):
 class SilentReporter:
     """A ``RunReporter`` that shows nothing (benchmarks, tests, calibration)."""
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
         """Nothing to show."""
 
     def cell_started(self, cell: Cell) -> None:
@@ -314,7 +315,7 @@ def _run_cells(
     run_tag = secrets.token_hex(3)
     try:
         interrupts.raise_pending()
-        reporter.run_started(result_dir, cells)
+        reporter.run_started(shown, cells)
         for cell in cells:
             if search is not None and search.should_skip(cell):
                 manifest.add_cell(
