@@ -157,7 +157,7 @@ def run_shard(
             driver.send(message)
 
     to_driver(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
-    staging = Path(tempfile.mkdtemp(prefix=f"mqbench-task-{plan.worker}-"))
+    staging = Path(tempfile.mkdtemp(prefix=f"mqbench-task-{plan.worker}-", dir=_local_dir()))
     try:
         sampler = SelfSampler(plan.worker, host)
         shipper = RecordShipper(StagingReader(staging), to_driver, sampler=sampler)
@@ -173,6 +173,15 @@ def run_shard(
     barrier_ns = released[0] - before.offset_ns if released else None
     task_clock = TaskClock(plan.worker, host, os.getpid(), before, after, barrier_ns)
     return TaskResult(plan.worker, stats, task_clock)
+
+
+def _local_dir() -> str | None:
+    """The executor's first Spark local directory (``SPARK_LOCAL_DIRS``, which PySpark
+    sets for its workers), else the temporary folder: Spark removes what a dead executor
+    left there (``spark.storage.cleanupFilesAfterExecutorExit``, a cluster manager's app
+    directories)."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return first if first and os.path.isdir(first) else None
 
 
 def _relay(
