@@ -19,6 +19,7 @@ from pathlib import Path
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
@@ -28,7 +29,7 @@ from mqbench.workload.run import run_scenario
 class QuietReporter:
     """Prints one line per cell."""
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
         print(f"results in {result_dir}")
 
     def cell_started(self, cell: Cell) -> None:

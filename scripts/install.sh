@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything mqbench needs: Debian packages (brokers, a JDK for Spark and the Java
 # brokers, Maven) when run as root with apt, then a virtualenv in .venv with mqbench and its
-# Python dependencies, then the Java brokers' jars from Maven Central (HiveMQ CE, Artemis).
+# Python dependencies, then the Java brokers' jars from Maven Central (HiveMQ CE, Artemis;
+# with --dev also Hadoop's MiniDFSCluster for the HDFS tests).
 #   scripts/install.sh          runtime dependencies
 #   scripts/install.sh --dev    plus test and lint tools, and the reference toxiproxy-server
 # Without root it installs what it can and lists what is missing.
@@ -97,6 +98,10 @@ if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
     if ! .venv/bin/mqbench brokers fetch; then
         say "WARNING: could not fetch the Java brokers (above); targets hivemq and artemis"
         say "         will say so and refuse to run; retry with: .venv/bin/mqbench brokers fetch"
+    fi
+    # Tests only: Hadoop's MiniDFSCluster (a real HDFS on 127.0.0.1), the same fetch.
+    if ((DEV)) && ! .venv/bin/python tests/integration/hdfs_minicluster.py fetch; then
+        say "WARNING: could not fetch the HDFS minicluster (above); its tests will skip"
     fi
 else
     say "WARNING: mvn or javac is missing; targets hivemq and artemis cannot be fetched"

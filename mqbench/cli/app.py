@@ -19,6 +19,7 @@ from mqbench.cli.calibrate_cmd import calibrate
 from mqbench.cli.errors import guarded
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import UsageError
+from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 
 if TYPE_CHECKING:
     from mqbench.calibration.use import CalibrationCheck
@@ -97,7 +98,14 @@ def _parse_conf(items: list[str] | None) -> dict[str, str]:
 @app.command()
 def run(
     scenario_file: Annotated[Path, typer.Argument(metavar="SCENARIO", help="Scenario YAML file.")],
-    out: Annotated[Path, typer.Option("--out", help="Root folder for results.")] = Path("results"),
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            help="Root folder for results: a path, or with the Spark engine any "
+            "Hadoop-compatible URI (hdfs://, s3a://, file://; docs/distributed.md).",
+        ),
+    ] = "results",
     overrides: SetOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the cells and their offered load; run nothing.")
@@ -140,6 +148,7 @@ def run(
         from mqbench.scenario.loader import load_scenario
         from mqbench.scenario.matrix import expand
 
+        out_root = parse_location(out)
         settings = list(overrides or [])
         if spark_master is not None:
             settings += ["generator.engine=spark", f"generator.master={spark_master}"]
@@ -160,12 +169,12 @@ def run(
             from mqbench.workload.outline import outline
             from mqbench.workload.preflight import preflight
 
-            preflight(scenario, chosen, out)
-            _print_outline(scenario, outline(scenario, chosen, out))
+            preflight(scenario, chosen, out_root)
+            _print_outline(scenario, outline(scenario, chosen, out_root))
             _print_calibration_notes(check)
             return
         _print_calibration_notes(check)
-        _run(scenario, data, scenario_file, out, selected, no_analyze, master, check)
+        _run(scenario, data, scenario_file, out_root, selected, no_analyze, master, check)
 
     guarded(go)
 
@@ -228,7 +237,7 @@ def _run(
     scenario: Any,
     data: dict[str, Any],
     scenario_file: Path,
-    out: Path,
+    out: Path | RemoteRoot,
     selected: set[str],
     no_analyze: bool,
     master: str | None,
@@ -237,7 +246,7 @@ def _run(
     from mqbench.analysis.numpy_ref import analyze_cell_numpy
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
-    from mqbench.workload.run import run_scenario
+    from mqbench.workload.run import discard_staging, run_scenario
 
     result = run_scenario(
         scenario,
@@ -250,9 +259,16 @@ def _run(
         manifest_extra={"calibration": check.manifest_record()},
         evaluate=analyze_cell_numpy,
     )
-    if not no_analyze and any(c.status == "completed" for c in result.cells):
-        _analyze(result.result_dir, master, {})
-    console.print(f"results: [bold]{result.result_dir}[/]")
+    try:
+        if not no_analyze and any(c.status == "completed" for c in result.cells):
+            if result.published is not None:
+                _analyze_remote(result.published, master, {}, local=result.result_dir)
+            else:
+                _analyze(result.result_dir, master, {})
+    finally:
+        if result.staging is not None:
+            discard_staging(result.staging)
+    console.print(f"results: [bold]{result.location}[/]")
     failure = result.failure()
     if failure is not None:
         raise failure
@@ -276,9 +292,44 @@ def _analyze(
         console.print(fault_table(analysis.faults))
 
 
+def _analyze_remote(
+    folder: RemoteRoot,
+    master: str | None,
+    conf: dict[str, str],
+    approx: bool = False,
+    local: Path | None = None,
+) -> None:
+    from mqbench.analysis.remote import analyze_remote
+    from mqbench.cli.progress import AnalysisReporter
+    from mqbench.cli.tables import fault_table, summary_table
+
+    with AnalysisReporter(console) as reporter:
+        remote = analyze_remote(
+            folder,
+            local=local,
+            master=master,
+            conf=conf,
+            approx=approx,
+            on_progress=reporter.update,
+        )
+    console.print(summary_table(remote.analysis.summaries))
+    if remote.analysis.faults:
+        console.print(fault_table(remote.analysis.faults))
+    for rel in remote.kept:
+        console.print(
+            Text.assemble(("note: ", "yellow"), f"{folder.child(rel)} existed: not overwritten")
+        )
+
+
 @app.command()
 def analyze(
-    result_dir: Annotated[Path, typer.Argument(metavar="RESULT_DIR", help="A run's folder.")],
+    result_dir: Annotated[
+        str,
+        typer.Argument(
+            metavar="RESULT_DIR",
+            help="A run's folder: a path or a Hadoop-compatible URI (hdfs://, s3a://, file://).",
+        ),
+    ],
     master: Annotated[
         str | None, typer.Option("--master", help="Spark master URL (default local[*]).")
     ] = None,
@@ -295,7 +346,15 @@ def analyze(
 
     Example: mqbench analyze results/quickstart/20261122T050102Z-1a2b3c --master local[2]
     """
-    guarded(lambda: _analyze(result_dir, master, _parse_conf(conf), approx))
+
+    def go() -> None:
+        where = parse_location(result_dir)
+        if isinstance(where, RemoteRoot):
+            _analyze_remote(where, master, _parse_conf(conf), approx)
+        else:
+            _analyze(where, master, _parse_conf(conf), approx)
+
+    guarded(go)
 
 
 @scenario_app.command("validate")
@@ -303,8 +362,9 @@ def scenario_validate(
     scenario_file: Annotated[Path, typer.Argument(metavar="FILE", help="Scenario YAML file.")],
     overrides: SetOption = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Root folder results would go to (disk space).")
-    ] = Path("results"),
+        str,
+        typer.Option("--out", help="Root folder (or URI) results would go to (disk space)."),
+    ] = "results",
 ) -> None:
     """Check a scenario file without running anything: everything `run` checks before it
     starts (keys, values, targets installed, broker options, QoS and other client
@@ -317,7 +377,7 @@ def scenario_validate(
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
         try:
-            cells = preflight(scenario, out_root=out)
+            cells = preflight(scenario, out_root=parse_location(out))
         except ScenarioError as exc:
             raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")

@@ -14,6 +14,7 @@ from rich.text import Text
 from mqbench.analysis.progress import AnalysisProgress
 from mqbench.brokers.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
 
@@ -104,7 +105,7 @@ class RichReporter:
         self._last_print = 0.0
         self._cell_started = time.monotonic()
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
         """Announce where results go and about how much they will take."""
         from mqbench.workload.capacity import human_bytes, result_bytes
 

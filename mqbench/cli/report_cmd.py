@@ -10,6 +10,7 @@ import typer
 
 from mqbench.cli.errors import err_console, guarded
 from mqbench.errors import UsageError
+from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -25,9 +26,20 @@ def _write(text: str, out: Path | None) -> None:
     err_console.print(f"wrote {out}")
 
 
+def _local_folder(text: str, command: str) -> Path:
+    """``text`` as a local folder; a URI is refused in one line (the reason and the way)."""
+    where = parse_location(text)
+    if isinstance(where, RemoteRoot):
+        raise UsageError(
+            f"{text}: {command} reads local result folders only; fetch the run folder first "
+            "(e.g. hdfs dfs -get) — mqbench analyze reads and writes URIs"
+        )
+    return where
+
+
 def report(
     result_dirs: Annotated[
-        list[Path], typer.Argument(metavar="RESULT_DIR...", help="One or more result folders.")
+        list[str], typer.Argument(metavar="RESULT_DIR...", help="One or more result folders.")
     ],
     fmt: Annotated[
         str, typer.Option("--format", help="Table format: md, latex, csv or html.")
@@ -55,7 +67,8 @@ def report(
     def go() -> None:
         from mqbench.report.build import build_report
 
-        result = build_report(result_dirs, fmt, figures, allow_mixed)
+        folders = [_local_folder(text, "report") for text in result_dirs]
+        result = build_report(folders, fmt, figures, allow_mixed)
         for note in result.notes:
             err_console.print(f"note: {note}")
         _write(result.text, out)
@@ -66,8 +79,8 @@ def report(
 
 
 def compare(
-    baseline: Annotated[Path, typer.Argument(metavar="BASELINE", help="Baseline result folder.")],
-    current: Annotated[Path, typer.Argument(metavar="CURRENT", help="Current result folder.")],
+    baseline: Annotated[str, typer.Argument(metavar="BASELINE", help="Baseline result folder.")],
+    current: Annotated[str, typer.Argument(metavar="CURRENT", help="Current result folder.")],
     threshold: Annotated[
         str | None,
         typer.Option(
@@ -114,8 +127,8 @@ def compare(
             raise UsageError(f"--format {fmt!r}: choose text or json")
         thresholds = parse_thresholds(threshold)
         result = compare_runs(
-            baseline,
-            current,
+            _local_folder(baseline, "compare"),
+            _local_folder(current, "compare"),
             thresholds,
             allow_generator_bound=allow_generator_bound,
             allow_invalid=allow_invalid,

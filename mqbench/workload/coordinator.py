@@ -115,6 +115,10 @@ class WorkerHandle:
         """The error for a worker whose connection ended before it finished publishing."""
         return TransportError(f"worker {self.plan.worker} exited unexpectedly")
 
+    def receive(self, kind: str, data: Any) -> bool:
+        """Handle a message only this kind of worker sends; False: not such a message."""
+        return False
+
 
 class LocalHandle(WorkerHandle):
     """A worker process on this machine, spawned with ``ctx`` and talked to over a pipe."""
@@ -362,6 +366,8 @@ class Coordinator:
                 if raise_errors and not handle.published:
                     handle.join(1.0)  # let a dying process report its exit code
                     raise handle.lost() from None
+                continue
+            if handle.receive(kind, data):
                 continue
             if kind == "ready":
                 handle.ready = True

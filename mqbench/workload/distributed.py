@@ -4,18 +4,19 @@ Client shards become the tasks of one barrier stage (``workload.spark_engine``).
 runs on its own clock: a latency is exact only when a publisher and all of its subscribers
 run in the same task. This module counts the routes a sharding puts across tasks, refuses
 them unless the scenario states a clock-error bound, checks measured clock offsets against
-that bound, and refuses outputs the executors could not write to (docs/distributed.md).
+that bound, and refuses an output URI without the Spark engine (docs/distributed.md).
 """
 
 from __future__ import annotations
 
-import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from mqbench.errors import ClockError, ScenarioError
 from mqbench.records.cell_entry import Route
 from mqbench.records.clocks import ClockOffset
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.workload.plan import WorkerPlan, build_plans, worker_count
@@ -58,14 +59,19 @@ def check_cross_task(scenario: Scenario, cell: Cell, crossing: int, routes: int)
         )
 
 
-def check_output_local(out_root: Path) -> None:
-    """Records are written with plain file I/O: refuse URIs (``hdfs://``, ``s3a://``, ...)."""
-    text = str(out_root)  # a Path: "hdfs://nn/x" arrives as "hdfs:/nn/x"
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", text):
+def check_remote_output(scenario: Scenario, out_root: RemoteRoot) -> None:
+    """A run folder on a URI is published by the Spark driver's Hadoop FileSystem: only
+    ``generator.engine: spark`` has that JVM while it runs."""
+    if scenario.generator.engine != "spark":
         raise ScenarioError(
-            f"--out {text!r}: distributed load writes records with local file I/O; give a "
-            "path every executor sees at the same place (a shared mount), not a URI"
+            f"--out {out_root}: a URI needs generator.engine spark (the Spark driver's "
+            "Hadoop FileSystem publishes the run folder); a local run writes to a local path"
         )
+
+
+def staging_parent() -> Path:
+    """Where a run with an output URI builds its run folder before publishing it."""
+    return Path(tempfile.gettempdir())
 
 
 def clock_spread_ns(offsets: Sequence[ClockOffset]) -> int:
@@ -88,13 +94,11 @@ def check_clock_bound(offsets: Sequence[ClockOffset], bound_ns: int) -> None:
         )
 
 
-def check_distributed(scenario: Scenario, cells: Sequence[Cell], out_root: Path | None) -> None:
+def check_distributed(scenario: Scenario, cells: Sequence[Cell]) -> None:
     """What ``run`` refuses for ``generator.engine: spark`` before anything starts."""
     generator = scenario.generator
     if generator.engine != "spark":
         return
-    if out_root is not None:
-        check_output_local(out_root)
     if generator.layout == "split":
         raise ScenarioError(
             "generator.layout split puts publishers and subscribers in different Spark tasks "

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.workload.capacity import RESERVE_BYTES, free_bytes, record_bytes, result_bytes
+from mqbench.workload.distributed import staging_parent
 from mqbench.workload.plan import cell_shards, process_count
 
 
@@ -46,8 +48,11 @@ class RunOutline:
         return self.result_bytes <= self.free_bytes
 
 
-def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path) -> RunOutline:
-    """The outline of running ``cells`` of ``scenario`` into ``out_root``."""
+def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRoot) -> RunOutline:
+    """The outline of running ``cells`` of ``scenario`` into ``out_root`` (a URI: the run
+    is staged in the temporary folder first, whose disk counts)."""
+    if isinstance(out_root, RemoteRoot):
+        out_root = staging_parent()
     cpus = os.cpu_count() or 1
     rows = []
     for cell in cells:

@@ -22,34 +22,41 @@ from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtimes import get_runtime
 from mqbench.errors import BrokerError, ScenarioError
 from mqbench.faults.driver import check_faults
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.records.results import check_output_root
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
-from mqbench.workload.distributed import check_distributed
+from mqbench.workload.distributed import check_distributed, check_remote_output, staging_parent
 from mqbench.workload.plan import worker_count
 from mqbench.workload.security import check_security
 from mqbench.workload.topology import build_topology, fault_targets
 
 
 def preflight(
-    scenario: Scenario, cells: Sequence[Cell] | None = None, out_root: Path | None = None
+    scenario: Scenario,
+    cells: Sequence[Cell] | None = None,
+    out_root: Path | RemoteRoot | None = None,
 ) -> list[Cell]:
     """Raise the first reason ``scenario`` cannot run (a typed ``MqbenchError``, one line).
 
     ``cells`` are the cells to run (default: all of them); ``out_root`` is where results go
-    (None: the output folder and disk space are not checked). Returns the cells checked.
+    (None: the output folder and disk space are not checked; a URI: the run is staged in
+    the temporary folder, whose disk is checked). Returns the cells checked.
     """
     chosen = list(expand(scenario) if cells is None else cells)
+    if isinstance(out_root, RemoteRoot):
+        check_remote_output(scenario, out_root)
+        out_root = staging_parent()
     if out_root is not None:
         check_output_root(out_root)
     check_fits(scenario, chosen)  # first: it is cheap, the topologies below are not
     check_clients(scenario)
     check_resources(scenario)
     check_cells(scenario, chosen)
-    check_distributed(scenario, chosen, out_root)
+    check_distributed(scenario, chosen)
     if out_root is not None:
         check_disk_space(chosen, out_root)
     check_targets(scenario, chosen)

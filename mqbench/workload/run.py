@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +32,7 @@ from mqbench.records.cell_entry import (
     Window,
 )
 from mqbench.records.events import EventKind, EventLog
+from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, RunPublisher
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.scenario.matrix import Cell, broker_options, expand
@@ -38,7 +41,12 @@ from mqbench.scenario.security import redact, redact_argv
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
-from mqbench.workload.distributed import check_cross_task, cross_task_routes, pair_count
+from mqbench.workload.distributed import (
+    check_cross_task,
+    cross_task_routes,
+    pair_count,
+    staging_parent,
+)
 from mqbench.workload.plan import (
     WorkerPlan,
     build_plans,
@@ -49,15 +57,16 @@ from mqbench.workload.preflight import preflight
 from mqbench.workload.search import Evaluate, SearchTracker
 from mqbench.workload.security import RunSecurity, open_run_security
 from mqbench.workload.selfcheck import generator_verdict
-from mqbench.workload.spark_engine import SparkStage, spark_running, stop_spark
+from mqbench.workload.spark_engine import SparkStage, spark_context, spark_running, stop_spark
 from mqbench.workload.topology import build_topology, fault_targets
 
 
 class RunReporter(Protocol):
     """What the CLI shows while a run goes on (implemented with Rich in ``cli``)."""
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
-        """The result folder exists and cells are about to run."""
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
+        """The result folder exists (on the output URI when there is one) and cells are
+        about to run."""
 
     def cell_started(self, cell: Cell) -> None:
         """A cell begins (broker start)."""
@@ -78,7 +87,7 @@ class RunReporter(Protocol):
 class SilentReporter:
     """A ``RunReporter`` that shows nothing (benchmarks, tests, calibration)."""
 
-    def run_started(self, result_dir: Path, cells: list[Cell]) -> None:
+    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
         """Nothing to show."""
 
     def cell_started(self, cell: Cell) -> None:
@@ -102,8 +111,19 @@ class RunResult:
     """Where the results are and how the run ended."""
 
     result_dir: Path
+    """The run folder on this machine (the local staging copy when ``published``)."""
     status: str
     cells: list[CellEntry] = field(default_factory=list)
+    published: RemoteRoot | None = None
+    """The run folder on the output URI (``--out URI``), or None for a local ``--out``."""
+    staging: Path | None = None
+    """The private local folder ``result_dir`` lives in when published; the caller removes
+    it (``discard_staging``) once it has analysed and published the outputs."""
+
+    @property
+    def location(self) -> str:
+        """Where the results are, as the user gave the output (URI or path)."""
+        return str(self.published) if self.published is not None else str(self.result_dir)
 
     @property
     def failed_cells(self) -> list[CellEntry]:
@@ -168,7 +188,7 @@ def run_scenario(
     *,
     scenario_file: str,
     scenario_data: dict[str, Any],
-    out_root: Path,
+    out_root: Path | RemoteRoot,
     argv: list[str],
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
@@ -192,23 +212,71 @@ def run_scenario(
         if evaluate is None:
             raise ScenarioError(f"{scenario_file}: a saturation search needs an evaluation")
         search = SearchTracker(scenario.search, evaluate)
+    spark_was_running = scenario.generator.engine == "spark" and spark_running()
+    output: _Output | None = None
     security = open_run_security(scenario)
     try:
+        local_root = out_root
+        if isinstance(out_root, RemoteRoot):
+            output = _Output(out_root, scenario)  # starts Spark: the refusal comes first
+            local_root = output.local
+        assert isinstance(local_root, Path)
         with interrupts.StopSignals():
-            return _run_cells(
+            result = _run_cells(
                 scenario,
                 cells,
                 scenario_file,
                 scenario_data,
-                out_root,
+                local_root,
                 argv,
                 reporter,
                 manifest_extra,
                 search,
                 security,
+                output,
             )
+    except BaseException:
+        if output is not None:
+            discard_staging(output.local)
+        raise
     finally:
         security.close()
+        if scenario.generator.engine == "spark" and not spark_was_running:
+            stop_spark()
+    if output is not None:
+        result.published, result.staging = output.folder, output.local
+    return result
+
+
+class _Output:
+    """A run folder built in a private local folder and published to a URI."""
+
+    def __init__(self, root: RemoteRoot, scenario: Scenario) -> None:
+        generator = scenario.generator
+        sc = spark_context(generator.master or "", generator.spark_conf, scenario.broker.host)
+        self.fs = HadoopFs(sc, root)
+        self.root = root
+        self.local = Path(tempfile.mkdtemp(prefix="mqbench-run-", dir=staging_parent()))
+        self.folder: RemoteRoot | None = None
+        self._publisher: RunPublisher | None = None
+
+    def reserve(self, result_dir: Path) -> RemoteRoot:
+        """Create the run folder on the URI (refused when it exists): the reservation."""
+        folder = self.root.child(*result_dir.relative_to(self.local).parts)
+        self.fs.reserve(folder)
+        self.folder = folder
+        self._publisher = RunPublisher(self.fs, folder, frozenset({SpaceReserve.NAME}))
+        return folder
+
+    def publish(self, result_dir: Path) -> None:
+        """Copy what changed to the URI, the manifest last."""
+        if self._publisher is not None:
+            self._publisher.publish(result_dir)
+
+
+def discard_staging(staging: Path) -> None:
+    """Remove a published run's private local folder."""
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _run_cells(
@@ -222,11 +290,15 @@ def _run_cells(
     manifest_extra: dict[str, Any] | None,
     search: SearchTracker | None,
     security: RunSecurity,
+    output: _Output | None = None,
 ) -> RunResult:
     # The folder, its space reserve and its first manifest appear together; a signal in
     # between is raised inside the ``try`` below, which finishes the manifest.
     with interrupts.deferred(raise_at_end=False):
         result_dir = create_result_dir(out_root, scenario.name)
+        shown: Path | RemoteRoot = result_dir
+        if output is not None:
+            shown = output.reserve(result_dir)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
         manifest = Manifest(
             result_dir, redact(scenario.model_dump(mode="json")), scenario_file, redact_argv(argv)
@@ -235,11 +307,15 @@ def _run_cells(
         manifest.data.update(manifest_extra or {})
         manifest.data["security"] = security.describe()
         manifest.save()
+
+    def publish() -> None:
+        if output is not None:
+            output.publish(result_dir)
+
     run_tag = secrets.token_hex(3)
-    spark_was_running = scenario.generator.engine == "spark" and spark_running()
     try:
         interrupts.raise_pending()
-        reporter.run_started(result_dir, cells)
+        reporter.run_started(shown, cells)
         for cell in cells:
             if search is not None and search.should_skip(cell):
                 manifest.add_cell(
@@ -258,35 +334,40 @@ def _run_cells(
                 search.observe(cell, manifest.cell(cell.id), result_dir / "cells" / cell.id)
                 manifest.data["search"] = search.report()
                 manifest.save()
+            publish()
     except (KeyboardInterrupt, RunInterrupted) as exc:
         signum = _stop_signal(exc)
         manifest.finish("interrupted", f"interrupted by {_signal_text(signum)}")
         reserve.release()
+        publish()
         raise RunInterrupted(
-            f"interrupted by {_signal_text(signum)}; records so far are flushed in {result_dir}",
+            f"interrupted by {_signal_text(signum)}; records so far are flushed in {shown}",
             signum,
         ) from None
     except LoadTaskLost as exc:
         manifest.finish("interrupted", str(exc))
-        raise LoadTaskLost(f"{exc}; results in {result_dir}", exc.task) from None
+        reserve.release()
+        publish()
+        raise LoadTaskLost(f"{exc}; results in {shown}", exc.task) from None
     except ResultsWriteError as exc:
         reserve.release()  # room for the last manifest
         with contextlib.suppress(ResultsWriteError):
             manifest.finish("failed", str(exc))
+            publish()
         raise
     except BaseException as exc:
         with contextlib.suppress(ResultsWriteError):
             manifest.finish("failed", f"{type(exc).__name__}: {exc}")
+            publish()
         raise
     finally:
         reserve.release()
-        if scenario.generator.engine == "spark" and not spark_was_running:
-            stop_spark()
     entries = manifest.cells
     statuses = [c.status for c in entries if c.status != "skipped"]
     status = "completed" if any(s == "completed" for s in statuses) else "failed"
     errors = [c.error for c in entries if c.error]
     manifest.finish(status, errors[0] if status == "failed" and errors else None)
+    publish()
     return RunResult(result_dir, status, entries)
 
 
@@ -420,6 +501,7 @@ def _run_cell(
         stage: SparkStage | None = None
         if distributed:
             stage = _spark_stage(scenario, cell, topology.routes, plans)
+            sampler.add_source(stage)  # every task samples itself and ships the samples
 
         def on_start(start_ns: int) -> None:
             # The schedule and the planned window are known now: store them before a single
@@ -442,7 +524,9 @@ def _run_cell(
             connect_rate=cell.connect_rate,
             expected_per_sent=cell.expected_delivery_rate / cell.offered_rate,
             on_progress=lambda p: reporter.progress(cell, p),
-            on_workers=lambda pids: sampler.add_role("generator", pids),
+            on_workers=None
+            if stage is not None
+            else lambda pids: sampler.add_role("generator", pids),
             on_start=on_start,
             launcher=stage,
         )

@@ -13,7 +13,9 @@ the tasks of one barrier stage (``rdd.barrier().mapPartitions``). Each task:
 4. measures its clock offset again and returns its ``WorkerStats`` and clocks.
 
 PySpark is imported only inside functions: a run without ``engine: spark`` never starts
-a JVM. Records go to the cell folder as with local workers (a path every executor sees).
+a JVM. A task's worker writes its records into a staging folder on the executor; the
+task ships what was flushed to the driver over the same authenticated control connection
+(``records.transfer``) and the driver appends it to the cell folder: no storage is shared.
 """
 
 from __future__ import annotations
@@ -23,18 +25,23 @@ import functools
 import os
 import queue
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.sampler import ProcessLike, Sample
 from mqbench.endpoint import Endpoint
 from mqbench.errors import ClockError, LoadTaskLost, MqbenchError, TransportError
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock
+from mqbench.records.transfer import RecordSink, Shipment, StagingReader
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.clock import TimeService, measure_offset
 from mqbench.workload.coordinator import WorkerHandle
@@ -46,6 +53,12 @@ STAGE_START_S = 180.0
 """How long the stage may take until every task said hello (executors start Python)."""
 EXECUTORS_WAIT_S = 120.0
 """How long to wait for the cluster's executors to register before submitting the stage."""
+SAMPLE_INTERVAL_S = 1.0
+"""How often a task samples its own CPU and RSS (as the driver's resource sampler does)."""
+SHIP_INTERVAL_S = 0.5
+"""How often a task sends the records its worker flushed (it flushes at least once a second)."""
+STALE_SAMPLE_S = 2.5
+"""A task's CPU/RSS sample older than this is not counted (the task stopped reporting)."""
 STAGE_END_S = 30.0
 """After the cell, how long the stage may take to return before it is cancelled."""
 
@@ -78,6 +91,17 @@ class TaskHello:
     host: str
     pid: int
     before: ClockOffset
+
+
+@dataclass(frozen=True)
+class TaskSample:
+    """CPU (cores) and RSS of a task's own Python process over the last second."""
+
+    task: int
+    host: str
+    pid: int
+    cpu_cores: float
+    rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -126,7 +150,49 @@ def run_shard(
             f"task {plan.worker} cannot reach the driver at "
             f"{setup.control.host}:{setup.control.port}: {exc.strerror or exc}"
         ) from None
-    driver.send(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
+    send_lock = threading.Lock()
+
+    def to_driver(message: tuple[str, Any]) -> None:
+        with send_lock:
+            driver.send(message)
+
+    to_driver(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
+    staging = Path(tempfile.mkdtemp(prefix=f"mqbench-task-{plan.worker}-", dir=_local_dir()))
+    try:
+        sampler = SelfSampler(plan.worker, host)
+        shipper = RecordShipper(StagingReader(staging), to_driver, sampler=sampler)
+        stats, released = _relay(
+            replace(plan, cell_dir=str(staging)), driver, to_driver, shipper, barrier, clock
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    after: ClockOffset | None = None
+    with contextlib.suppress(TransportError):
+        after = measure_offset(setup.time, clock=clock)
+    driver.close()
+    barrier_ns = released[0] - before.offset_ns if released else None
+    task_clock = TaskClock(plan.worker, host, os.getpid(), before, after, barrier_ns)
+    return TaskResult(plan.worker, stats, task_clock)
+
+
+def _local_dir() -> str | None:
+    """The executor's first Spark local directory (``SPARK_LOCAL_DIRS``, which PySpark
+    sets for its workers), else the temporary folder: Spark removes what a dead executor
+    left there (``spark.storage.cleanupFilesAfterExecutorExit``, a cluster manager's app
+    directories)."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return first if first and os.path.isdir(first) else None
+
+
+def _relay(
+    plan: WorkerPlan,
+    driver: Connection,
+    to_driver: Callable[[tuple[str, Any]], None],
+    shipper: RecordShipper,
+    barrier: Callable[[], object],
+    clock: Callable[[], int],
+) -> tuple[WorkerStats | None, list[int]]:
+    """Run the worker over a local pipe relayed to the driver, shipping its records."""
     ours, theirs = _pipe()
     released: list[int] = []
 
@@ -139,8 +205,10 @@ def run_shard(
             if message[0] == "ready" and not released:
                 barrier()
                 released.append(clock())
+            if message[0] in ("done", "error"):
+                shipper.finish()  # the closed files reach the driver before the last word
             with contextlib.suppress(OSError):
-                driver.send(message)
+                to_driver(message)
 
     def down() -> None:  # driver -> worker; a lost driver means stop
         while True:
@@ -157,18 +225,116 @@ def run_shard(
     relay_down = threading.Thread(target=down, name="mqbench-relay-down", daemon=True)
     relay_up.start()
     relay_down.start()
+    shipper.start()
     try:
         stats = run_worker(plan, theirs)
         relay_up.join()  # every message, "done" included, reached the driver
     finally:
+        shipper.finish()
         ours.close()
-    after: ClockOffset | None = None
-    with contextlib.suppress(TransportError):
-        after = measure_offset(setup.time, clock=clock)
-    driver.close()
-    barrier_ns = released[0] - before.offset_ns if released else None
-    task_clock = TaskClock(plan.worker, host, os.getpid(), before, after, barrier_ns)
-    return TaskResult(plan.worker, stats, task_clock)
+    return stats, released
+
+
+class SelfSampler:
+    """A task's own process: CPU cores and RSS at most every ``interval_s`` (psutil).
+
+    The first call takes the baseline; later calls return a :class:`TaskSample` once
+    ``interval_s`` has passed since the previous one (None before).
+    """
+
+    def __init__(
+        self,
+        task: int,
+        host: str,
+        process: ProcessLike | None = None,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        import psutil
+
+        self.task = task
+        self.host = host
+        self.process: ProcessLike = process if process is not None else psutil.Process()
+        self.interval_ns = int(interval_s * 1e9)
+        self._monotonic_ns = monotonic_ns
+        self._prev: tuple[int, float] | None = None
+
+    def sample(self) -> TaskSample | None:
+        """A sample when the interval has passed since the previous one, else None."""
+        now = self._monotonic_ns()
+        if self._prev is not None and now - self._prev[0] < self.interval_ns:
+            return None
+        try:
+            times = self.process.cpu_times()
+            rss = int(self.process.memory_info().rss)
+        except Exception:  # psutil errors: no sample this time
+            return None
+        cpu = float(times.user + times.system)
+        prev, self._prev = self._prev, (now, cpu)
+        if prev is None:
+            return None
+        cores = (cpu - prev[1]) / ((now - prev[0]) / 1e9)
+        return TaskSample(self.task, self.host, self.process.pid, cores, rss)
+
+
+class RecordShipper:
+    """A thread that sends what the worker flushed to the driver every ``interval_s``.
+
+    It runs beside the worker's event loop (never on it), so shipping does not disturb
+    send timing; with a ``sampler`` it also sends the task's CPU/RSS samples (1 Hz).
+    ``finish`` stops the thread and ships what is left (the closed files).
+    """
+
+    def __init__(
+        self,
+        reader: StagingReader,
+        send: Callable[[tuple[str, Any]], None],
+        interval_s: float = SHIP_INTERVAL_S,
+        sampler: SelfSampler | None = None,
+    ) -> None:
+        self.reader = reader
+        self.send = send
+        self.interval_s = interval_s
+        self.sampler = sampler
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="mqbench-shipper", daemon=True)
+        self.broken = False
+        """The driver's connection failed: nothing more is shipped."""
+
+    def start(self) -> None:
+        """Start shipping in the background."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self.sampler is not None:
+            self.sampler.sample()  # the baseline
+        while not self._stop.wait(self.interval_s):
+            self.ship()
+            sample = self.sampler.sample() if self.sampler is not None else None
+            if sample is not None and not self.broken:
+                try:
+                    self.send(("resources", sample))
+                except OSError:
+                    self.broken = True
+
+    def ship(self) -> None:
+        """Send everything new now (one caller at a time)."""
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                for item in self.reader.new():
+                    self.send(("records", item))
+            except OSError:
+                self.broken = True
+
+    def finish(self) -> None:
+        """Stop the thread and ship what is left; safe to call twice."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.ship()
 
 
 def _pipe() -> tuple[Connection, Connection]:
@@ -186,6 +352,20 @@ class SparkTaskHandle(WorkerHandle):
     def __init__(self, plan: WorkerPlan, conn: Connection, hello: TaskHello) -> None:
         super().__init__(plan, conn)
         self.hello = hello
+        self.sink = RecordSink(Path(plan.cell_dir), plan.worker)
+        self.latest: tuple[float, TaskSample] | None = None
+        """When the task's last CPU/RSS sample arrived (monotonic s) and the sample."""
+
+    def receive(self, kind: str, data: Any) -> bool:
+        """Records the task shipped go to the cell folder; its samples are kept."""
+        if kind == "resources" and isinstance(data, TaskSample):
+            self.latest = (time.monotonic(), data)
+            return True
+        if kind != "records":
+            return False
+        item: Shipment = data
+        self.sink.accept(item)
+        return True
 
     @property
     def pid(self) -> int | None:
@@ -224,6 +404,7 @@ class SparkStage:
         self.max_clock_error_ns = max_clock_error_ns
         self.crossing_routes = crossing_routes
         self._hellos: dict[int, TaskHello] = {}
+        self._handles: list[SparkTaskHandle] = []
         self._results: list[TaskResult] | None = None
         self._stage_error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -269,7 +450,9 @@ class SparkStage:
                 conn.close()
                 continue
             self._hellos[hello.task] = hello
-            register(SparkTaskHandle(plans[hello.task], conn, hello))
+            handle = SparkTaskHandle(plans[hello.task], conn, hello)
+            self._handles.append(handle)
+            register(handle)
         if self.crossing_routes and self.max_clock_error_ns is not None:
             check_clock_bound([h.before for h in self._hellos.values()], self.max_clock_error_ns)
 
@@ -305,10 +488,43 @@ class SparkStage:
                     self._sc.cancelJobGroup(self._group)
                     self._thread.join(STAGE_END_S)
         finally:
+            for handle in self._handles:
+                handle.sink.close()
             if self._listener is not None:
                 self._listener.close()
             if self._time is not None:
                 self._time.close()
+
+    def sample(self, t_ns: int) -> list[Sample]:
+        """The tasks' latest CPU/RSS samples as ``resources.csv`` rows (a ``SampleSource``).
+
+        One ``generator`` row summing every task that reported within the last
+        ``STALE_SAMPLE_S``, like the local generator's row, and one
+        ``generator:task-N@host`` row per task.
+        """
+        now = time.monotonic()
+        fresh = [
+            sample
+            for handle in self._handles
+            if handle.latest is not None and now - handle.latest[0] <= STALE_SAMPLE_S
+            for sample in (handle.latest[1],)
+        ]
+        if not fresh:
+            return []
+        rows = [
+            Sample(
+                t_ns,
+                "generator",
+                fresh[0].pid,
+                sum(s.cpu_cores for s in fresh),
+                sum(s.rss_bytes for s in fresh),
+            )
+        ]
+        for s in sorted(fresh, key=lambda s: s.task):
+            rows.append(
+                Sample(t_ns, f"generator:task-{s.task}@{s.host}", s.pid, s.cpu_cores, s.rss_bytes)
+            )
+        return rows
 
     def clocks(self) -> GeneratorClocks:
         """Per task: clock offsets before/after and the barrier exit (the manifest entry)."""

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mqbench.brokers.runtimes import get_runtime
+from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.loader import validate_scenario
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 
@@ -35,7 +36,7 @@ def small_scenario(target: str, generator: dict[str, Any], **workload: Any) -> d
     }
 
 
-def run(data: dict[str, Any], out: Path) -> RunResult:
+def run(data: dict[str, Any], out: Path | RemoteRoot) -> RunResult:
     """Run a scenario mapping into ``out`` (skips when the target is not installed)."""
     scenario = validate_scenario(data, "test.yaml")
     for target in scenario.targets:

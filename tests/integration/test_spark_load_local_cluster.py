@@ -4,6 +4,7 @@ Pythons): the same counts and no loss as the local engine, records ``analyze`` r
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,3 +61,10 @@ def test_a_local_cluster_run_sends_and_receives_what_a_local_run_does(
     local_summary = analyze_run(local.result_dir, engine="numpy")[0]
     assert spark_summary.loss_pct == local_summary.loss_pct == 0.0
     assert spark_summary.sent == local_summary.sent == spark_summary.received
+    # every task sampled its own CPU/RSS and shipped it: a row per task and their sum
+    resources = spark.result_dir / "cells" / cell["id"] / "resources.csv"
+    roles = {line.split(",")[1] for line in resources.read_text().splitlines()[1:]}
+    host = socket.gethostname()
+    assert {"generator", f"generator:task-0@{host}", f"generator:task-1@{host}"} <= roles
+    assert spark_summary.generator_rss_mb_mean is not None
+    assert spark_summary.generator_rss_mb_mean > 0

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from spark_load_helpers import manifest, run, small_scenario
 
 from mqbench.errors import LoadTaskLost
-from mqbench.records.format import RECORD_SIZE
+from mqbench.records.hadoop_fs import RemoteRoot
+from mqbench.records.integrity import check_record_file
 from mqbench.workload.spark_engine import spark_context, stop_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -168,8 +170,13 @@ def test_a_standalone_cluster_runs_a_scenario_end_to_end(cluster: Cluster, tmp_p
 
 
 def test_an_executor_that_dies_mid_run_interrupts_the_run_and_keeps_its_records(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The run folder goes to a file:// URI through the Hadoop FileSystem code path: the
+    # interrupted manifest and the records shipped so far must be published there.
+    staging, out = tmp_path / "staging", tmp_path / "out"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
     generator = {"engine": "spark", "master": cluster.url, "spark_conf": CONF}
     data = small_scenario("mosquitto", generator, duration="30s")
     killed: list[int] = []
@@ -177,9 +184,9 @@ def test_an_executor_that_dies_mid_run_interrupts_the_run_and_keeps_its_records(
     def kill_an_executor_once_publishing() -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            events = list(tmp_path.glob("*/*/cells/*/events.jsonl"))
+            events = list(staging.glob("mqbench-run-*/*/*/cells/*/events.jsonl"))
             if events and "publishing_started" in events[0].read_text():
-                time.sleep(2.5)  # records reach the disk at least once a second
+                time.sleep(2.5)  # records are shipped at least once a second
                 executors = children_of(cluster.workers[1].pid)
                 for pid in executors:
                     os.kill(pid, signal.SIGKILL)  # the executor our worker started
@@ -190,19 +197,26 @@ def test_an_executor_that_dies_mid_run_interrupts_the_run_and_keeps_its_records(
     killer = threading.Thread(target=kill_an_executor_once_publishing, daemon=True)
     killer.start()
     with pytest.raises(LoadTaskLost) as lost:
-        run(data, tmp_path)
+        run(data, RemoteRoot(out.as_uri()))
     killer.join(5)
     assert killed, "no executor was found to kill"
     message = str(lost.value)
     assert "\n" not in message and "lost its connection before it finished" in message
-    assert str(tmp_path) in message
-    result_dir = next(tmp_path.glob("*/*/manifest.json")).parent
+    assert out.as_uri() in message
+    assert not list(staging.glob("mqbench-run-*"))  # the driver's staging folder is gone
+    result_dir = next(out.glob("*/*/manifest.json")).parent
     data_out = manifest(result_dir)
     assert data_out["status"] == "interrupted"
     cell = data_out["cells"][0]
     assert cell["status"] == "interrupted" and cell["schedule"] is not None
     cell_dir = result_dir / "cells" / cell["id"]
+    unclosed = []
     for task in (0, 1):
-        sends = cell_dir / f"sends-{task}.bin"
-        assert sends.stat().st_size >= RECORD_SIZE * 40  # 2 pairs x 20 msg/s x >= 1 s
+        # every record reached the driver over the control connection (no shared disk)
+        sends = check_record_file(cell_dir / f"sends-{task}.bin")
+        assert sends.records >= 40  # 2 pairs x 20 msg/s x >= 1 s, shipped before the kill
+        assert sends.counted is not None and sends.missing == 0 and not sends.torn_bytes
+        if not sends.closed:
+            unclosed.append(task)
+    assert len(unclosed) == 1  # the dead task's copy holds what it shipped, never closed
     assert {t["task"] for t in cell["clocks"]["tasks"]} == {0, 1}

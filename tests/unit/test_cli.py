@@ -212,3 +212,30 @@ def test_a_toxiproxy_url_that_does_not_answer_is_rejected_before_load(tmp_path: 
     assert f"127.0.0.1:{port}" in result.output
     assert "Traceback" not in result.output
     assert not out.exists() or not any(out.rglob("*.bin"))
+
+
+def test_a_local_run_to_a_uri_is_refused_in_one_line_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, "name: ok\ntargets: [nats]\nworkload: {qos: 0}\n")
+    result = runner.invoke(app, ["run", str(path), "--out", "hdfs://127.0.0.1:9/results"])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--out hdfs://127.0.0.1:9/results: a URI needs" in lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "hdfs:").exists() and not Path("hdfs:").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "hdfs://127.0.0.1:9/results/s/run"],
+        ["compare", "hdfs://127.0.0.1:9/results/s/a", "results/b"],
+    ],
+)
+def test_report_and_compare_refuse_a_uri_in_one_line_naming_the_way(argv: list[str]) -> None:
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "reads local result folders only" in lines[0]
+    assert "hdfs://127.0.0.1:9/results/s/" in lines[0]

@@ -11,6 +11,7 @@ import yaml
 from mqbench.errors import ClockError, ScenarioError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock
+from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand
 from mqbench.scenario.model import Scenario
@@ -21,6 +22,7 @@ from mqbench.workload.distributed import (
     cross_task_routes,
 )
 from mqbench.workload.plan import build_plans
+from mqbench.workload.preflight import preflight
 from mqbench.workload.topology import build_topology
 
 
@@ -55,14 +57,14 @@ def crossing(s: Scenario) -> int:
 def test_pairs_over_two_tasks_keep_each_publisher_with_its_subscriber() -> None:
     s = scenario({"topology": "pairs", "pairs": 10})
     assert crossing(s) == 0
-    check_distributed(s, expand(s), None)
+    check_distributed(s, expand(s))
 
 
 def test_a_fanout_over_two_tasks_puts_routes_across_tasks_and_is_refused() -> None:
     s = scenario({"topology": "fanout", "subscribers": 10})
     assert crossing(s) == 5  # the subscribers in the second task
     with pytest.raises(ScenarioError, match=r"puts 5 of 10 .*max_clock_error_ms"):
-        check_distributed(s, expand(s), None)
+        check_distributed(s, expand(s))
 
 
 def test_a_fanout_on_one_task_or_with_a_stated_clock_bound_is_accepted() -> None:
@@ -73,8 +75,8 @@ def test_a_fanout_on_one_task_or_with_a_stated_clock_bound_is_accepted() -> None
     check_distributed(*_with_cells(bounded))
 
 
-def _with_cells(s: Scenario) -> tuple[Scenario, list[Any], None]:
-    return s, expand(s), None
+def _with_cells(s: Scenario) -> tuple[Scenario, list[Any]]:
+    return s, expand(s)
 
 
 def test_a_fanin_over_two_tasks_counts_every_publisher_away_from_its_subscriber() -> None:
@@ -91,17 +93,27 @@ def test_task_offsets_within_the_bound_pass_and_beyond_it_are_refused() -> None:
         check_clock_bound(near, 200_000)
 
 
-def test_an_output_uri_is_refused_with_a_reason(tmp_path: Path) -> None:
-    s = scenario({"topology": "pairs", "pairs": 2})
-    with pytest.raises(ScenarioError, match=r"'hdfs:/nn/results'.*local file I/O"):
-        check_distributed(s, expand(s), Path("hdfs://nn/results"))
-    check_distributed(s, expand(s), tmp_path)
+def test_an_output_uri_is_carried_as_the_string_the_user_gave() -> None:
+    root = parse_location("hdfs://127.0.0.1:9000/results/")
+    assert root == RemoteRoot("hdfs://127.0.0.1:9000/results")
+    assert isinstance(root, RemoteRoot)
+    assert root.child("s", "run-1").uri == "hdfs://127.0.0.1:9000/results/s/run-1"
+    assert parse_location("file:///tmp/x") == RemoteRoot("file:///tmp/x")
+    assert parse_location("results/x") == Path("results/x")
+
+
+def test_an_output_uri_is_refused_for_a_local_run_with_a_reason() -> None:
+    s = validate_scenario(
+        {"name": "l", "targets": ["mosquitto"], "workload": {"pairs": 2}}, "t.yaml"
+    )
+    with pytest.raises(ScenarioError, match=r"^--out hdfs://nn/r: a URI needs generator.engine"):
+        preflight(s, out_root=RemoteRoot("hdfs://nn/r"))
 
 
 def test_the_split_layout_is_refused_with_the_spark_engine() -> None:
     s = scenario({"topology": "pairs", "pairs": 2}, layout="split")
     with pytest.raises(ScenarioError, match="layout split"):
-        check_distributed(s, expand(s), None)
+        check_distributed(s, expand(s))
 
 
 @pytest.mark.parametrize(
