@@ -660,9 +660,12 @@ def run_worker(plan: WorkerPlan, conn: Connection) -> WorkerStats | None:
     """
     try:
         worker = Worker(plan, conn)
-    except MqbenchError as exc:
+    except Exception as exc:  # e.g. a record folder it cannot write: say so, never vanish
+        message = str(exc)
+        if not isinstance(exc, MqbenchError):
+            message = f"worker {plan.worker} could not start: {type(exc).__name__}: {exc}"
         with contextlib.suppress(BrokenPipeError, OSError):
-            conn.send(("error", str(exc)))
+            conn.send(("error", message))
         conn.close()
         return None
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from mqbench.transports.base import (
 )
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.topology import PubSpec
-from mqbench.workload.worker import Worker
+from mqbench.workload.worker import Worker, run_worker
 
 CREATED: list[ReopenClient] = []
 
@@ -122,3 +123,16 @@ def test_other_failures_propagate_even_when_their_text_says_once(
         asyncio.run(worker._reopen(worker.plan.publishers[0], ReopenClient(failure), False))
     assert info.value is failure
     assert CREATED == []
+
+
+def test_a_worker_that_cannot_open_its_record_folder_says_why_instead_of_vanishing(
+    tmp_path: Path,
+) -> None:
+    worker = make_worker(tmp_path)
+    plan = replace(worker.plan, cell_dir=str(tmp_path / "missing" / "cell"))
+    parent, child = multiprocessing.Pipe()
+    assert run_worker(plan, child) is None
+    kind, message = parent.recv()
+    assert kind == "error"
+    assert message.startswith("worker 0 could not start: FileNotFoundError")
+    assert str(tmp_path / "missing" / "cell") in message and "\n" not in message
