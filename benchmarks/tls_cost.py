@@ -40,7 +40,7 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.records.cell_entry import CellEntry
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.run import SilentReporter, run_scenario
+from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 
 TARGETS = "mosquitto,nats,redis,rabbitmq-mqtt,rabbitmq-amqp,tbmq-style,zenoh"
 
@@ -53,15 +53,23 @@ class QuietReporter(SilentReporter):
             print(f"{cell.id}: {status} {detail.error or ''}", file=sys.stderr)
 
 
-def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    rates = [args.fixed_rate / args.pairs, args.high_rate / args.pairs]
-    data = {
-        "name": f"tls-cost-{target}-{'tls' if tls else 'plain'}",
+def _run(
+    target: str,
+    tls: bool,
+    args: argparse.Namespace,
+    out: Path,
+    rate: float | list[float],
+    search: dict[str, Any] | None = None,
+) -> RunResult:
+    """One scenario run: ``args.pairs`` pairs of 64 B QoS 0 at ``rate`` msg/s per publisher."""
+    kind = "ceiling" if search else "cost"
+    data: dict[str, Any] = {
+        "name": f"tls-{kind}-{target}-{'tls' if tls else 'plain'}",
         "targets": [target],
         "security": {"tls": tls},
         "workload": {
             "pairs": args.pairs,
-            "rate": rates,
+            "rate": rate,
             "payload": "64B",
             "qos": 0,
             "warmup": "2s",
@@ -70,15 +78,22 @@ def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dic
         },
         "broker": {"startup_timeout": "120s"},
     }
-    scenario = validate_scenario(data, "benchmark")
-    result = run_scenario(
-        scenario,
+    if search:
+        data["search"] = search
+    return run_scenario(
+        validate_scenario(data, "benchmark"),
         scenario_file="benchmark",
         scenario_data=data,
         out_root=out,
-        argv=["benchmarks/tls_cost.py"],
+        argv=["benchmarks/tls_cost.py", *(["--ceiling"] if search else [])],
         reporter=QuietReporter(),
+        evaluate=analyze_cell_numpy,
     )
+
+
+def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    rates = [args.fixed_rate / args.pairs, args.high_rate / args.pairs]
+    result = _run(target, tls, args, out, rates)
     row: dict[str, Any] = {"target": target, "mode": "tls" if tls else "plain"}
     for cell, name in zip(result.cells, ("fixed", "high"), strict=True):
         if cell.status != "completed":
@@ -97,40 +112,15 @@ def _measure(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dic
 
 def _ceiling(target: str, tls: bool, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     rates = [float(r) for r in args.ceiling_rates.split(",")]
-    data = {
-        "name": f"tls-ceiling-{target}-{'tls' if tls else 'plain'}",
-        "targets": [target],
-        "security": {"tls": tls},
-        "workload": {
-            "pairs": args.pairs,
-            "rate": rates[0] / args.pairs,
-            "payload": "64B",
-            "qos": 0,
-            "warmup": "2s",
-            "duration": args.duration,
-            "drain": "3s",
-        },
-        "search": {
-            "axis": "rate",
-            "values": [r / args.pairs for r in rates],
-            "stop": {"loss_pct": args.ceiling_loss, "p99_ms": args.ceiling_p99_ms},
-        },
-        "broker": {"startup_timeout": "120s"},
+    search = {
+        "axis": "rate",
+        "values": [r / args.pairs for r in rates],
+        "stop": {"loss_pct": args.ceiling_loss, "p99_ms": args.ceiling_p99_ms},
     }
-    scenario = validate_scenario(data, "benchmark")
-    result = run_scenario(
-        scenario,
-        scenario_file="benchmark",
-        scenario_data=data,
-        out_root=out,
-        argv=["benchmarks/tls_cost.py", "--ceiling"],
-        reporter=QuietReporter(),
-        evaluate=analyze_cell_numpy,
-    )
+    result = _run(target, tls, args, out, rates[0] / args.pairs, search)
     manifest = json.loads((result.result_dir / "manifest.json").read_text())
-    search = manifest["search"]
-    steps = search["steps"]
-    best = search["highest_sustainable"]
+    steps = manifest["search"]["steps"]
+    best = manifest["search"]["highest_sustainable"]
     stopping = next((step for step in steps if not step["sustainable"]), None)
     crossed = stopping["crossed"] if stopping else []
     return {
