@@ -160,6 +160,7 @@ class StreamConnection(asyncio.Protocol):
         "_connected",
         "_direct_min",
         "_drain_waiter",
+        "_dropped",
         "_flush_scheduled",
         "_high",
         "_keepalive",
@@ -221,6 +222,7 @@ class StreamConnection(asyncio.Protocol):
         self._paused = False
         self._opened = False
         self._closing = False
+        self._dropped = False
         self._session = False
         self._lost: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -376,6 +378,7 @@ class StreamConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._paused = False
         self._closing = False
+        self._dropped = False
         self._session = False
         self._down()
         self.loss_reason = None
@@ -575,6 +578,10 @@ class StreamConnection(asyncio.Protocol):
         self._end(abort=False)
 
     def _end(self, *, abort: bool) -> None:
+        if not self._closing:
+            # dropped before any close(): a close() that follows before the socket is gone
+            # must not turn this loss into an expected one
+            self._dropped = True
         self._down()
         transport = self._transport
         if transport is not None and not transport.is_closing():
@@ -698,7 +705,7 @@ class StreamConnection(asyncio.Protocol):
                     "endpoint": self.where,
                     "client_id": self._options.client_id,
                     "reason": reason,
-                    "expected": self._closing,
+                    "expected": self._closing and not self._dropped,
                     **details,
                 },
             )

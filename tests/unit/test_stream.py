@@ -224,3 +224,21 @@ def test_keepalive_ticks_while_connected_and_stops_with_the_connection() -> None
 )
 def test_socket_errors_are_worded_from_their_errno(error: OSError, phrase: str) -> None:
     assert describe_oserror(error).startswith(phrase)
+
+
+def test_a_drop_stays_unexpected_when_close_comes_before_the_socket_is_gone() -> None:
+    # The keepalive drops the connection; the application sees "not connected" and calls
+    # close() before the event loop has delivered connection_lost: still an unexpected loss.
+    events: Events = []
+
+    async def scenario() -> None:
+        stream = make_stream(events, close_timeout_s=0.05)
+        attach(stream)
+        stream.fail("stale connection: no reply to 2 keepalive PINGs")
+        await stream.close(b"BYE")
+        stream.connection_lost(None)
+
+    asyncio.run(scenario())
+    assert [kind for kind, _ in events] == ["protocol_error", "disconnected"]
+    assert events[1][1]["expected"] is False
+    assert events[1][1]["reason"] == "stale connection: no reply to 2 keepalive PINGs"
