@@ -11,12 +11,17 @@ import asyncio
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from secured_probe import connect_as_bob, endpoint_of
 
 from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
 from mqbench.brokers.container_security import (
@@ -32,8 +37,6 @@ from mqbench.brokers.registry import get_definition
 from mqbench.brokers.tls_material import TlsMaterial, generate
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import ClientOptions, ClientTls
-from mqbench.transports.registry import get_transport
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -173,27 +176,11 @@ def brokers() -> Iterator[Brokers]:
 
 
 def _endpoint(brokers: Brokers, target: str, client: str) -> Endpoint:
-    if target not in brokers.running:
-        pytest.skip(f"{target} is not installed")
-    broker = brokers.running[target]
-    if get_transport(client).protocol == "amqp":
-        return Endpoint(broker.endpoint.host, int(broker.info["settings"]["amqp_port"]))
-    return broker.endpoint
+    return endpoint_of(brokers.running, target, client)
 
 
 async def _connect(client: str, endpoint: Endpoint, password: str, ca: Path) -> None:
-    options = ClientOptions(
-        client_id="container-config-probe",
-        connect_timeout_s=10,
-        username="bob",
-        password=password,
-        tls=ClientTls(ca_file=str(ca)),
-    )
-    connection = get_transport(client).create_client(endpoint, options)
-    try:
-        await connection.connect()
-    finally:
-        await connection.close()
+    await connect_as_bob(client, endpoint, password, ca, "container-config-probe")
 
 
 @pytest.mark.parametrize(("target", "client"), CASES)

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from secured_probe import connect_as_bob, endpoint_of
+
 from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
 from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.tls_material import TlsMaterial, generate
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
-from mqbench.transports.base import ClientOptions, ClientTls
-from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
 
@@ -86,27 +88,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 
 def _endpoint(secured: Secured, target: str, client: str) -> Endpoint:
-    if target not in secured.brokers:
-        pytest.skip(f"{target} is not installed")
-    broker = secured.brokers[target]
-    if get_transport(client).protocol == "amqp":
-        return Endpoint(broker.endpoint.host, int(broker.info["settings"]["amqp_port"]))
-    return broker.endpoint
+    return endpoint_of(secured.brokers, target, client)
 
 
 async def _connect(client: str, endpoint: Endpoint, password: str, ca: Path) -> None:
-    options = ClientOptions(
-        client_id="refusal-probe",
-        connect_timeout_s=10,
-        username="bob",
-        password=password,
-        tls=ClientTls(ca_file=str(ca)),
-    )
-    connection = get_transport(client).create_client(endpoint, options)
-    try:
-        await connection.connect()
-    finally:
-        await connection.close()
+    await connect_as_bob(client, endpoint, password, ca, "refusal-probe")
 
 
 @pytest.mark.parametrize(("target", "client"), CASES)
