@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 from mqbench.records.format import HEADER
 from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender

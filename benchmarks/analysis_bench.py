@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mqbench.records.format import RECORD_DTYPE, SEND_OK
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 
 def make_synthetic_run(

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mqbench.records.format import RECORD_DTYPE, SEND_OK
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 PUBLISHERS = 1000
 RATE = 1000.0
@@ -114,8 +114,8 @@ def main() -> None:
     """Generate, time Spark and numpy, compare, clean up."""
     from mqbench.analysis import analyze_run
     from mqbench.analysis.api import read_manifest
-    from mqbench.analysis.cell import aggregate_cells_serial
-    from mqbench.analysis.plan import build_plan
+    from mqbench.analysis.plan import plan_cell
+    from mqbench.analysis.spark_job import aggregate_cells_serial
     from mqbench.analysis.summary import build_summary
 
     ap = argparse.ArgumentParser(description=__doc__)
@@ -145,7 +145,7 @@ def main() -> None:
         if not args.skip_numpy:
             cell = read_manifest(args.dir)["cells"][0]
             t0 = time.perf_counter()
-            plan = build_plan(cell, args.dir / "cells" / cell["id"], 7 if args.approx else None)
+            plan = plan_cell(cell, args.dir / "cells" / cell["id"], 7 if args.approx else None)
             (agg,) = aggregate_cells_serial([plan])
             numpy_summary = build_summary(plan, agg)
             t_numpy = time.perf_counter() - t0

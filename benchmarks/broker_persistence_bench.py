@@ -37,7 +37,7 @@ from typing import Any
 import psutil
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient

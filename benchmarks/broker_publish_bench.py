@@ -18,8 +18,8 @@ import asyncio
 import time
 from typing import Any
 
-from mqbench.broker import Broker, BrokerConfig
-from mqbench.broker.connection import Connection
+from mqbench.builtin_broker import Broker, BrokerConfig
+from mqbench.builtin_broker.connection import Connection
 from mqbench.wire.mqtt.packets import Connect, Subscribe
 
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
-from mqbench.brokers.liveness import BrokerExit
+from mqbench.brokers.runtime.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.loader import validate_scenario

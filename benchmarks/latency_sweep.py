@@ -34,7 +34,7 @@ import numpy as np
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker, StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import HEADER
 from mqbench.scenario.loader import validate_scenario

@@ -20,7 +20,7 @@ from pathlib import Path
 from _pubsub_bench import load_note, run
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Delivered msg/s of mqbench's Zenoh client through a local zenoh router, in two processes.
 
-Starts the zenoh router (``python -m mqbench.brokers.zenoh_router``) with mqbench's native
+Starts the zenoh router (``python -m mqbench.brokers.services.zenoh_router``) with mqbench's native
 spec (free loopback port, scouting off; stopped by PID at the end), then runs publishers in
 one process and subscribers in another (``_pubsub_bench``): 64-byte payloads, QoS 0,
 ``--pairs`` key pairs.
@@ -21,7 +21,7 @@ from pathlib import Path
 from _pubsub_bench import load_note, run
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 
 
 def main() -> int:

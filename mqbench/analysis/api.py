@@ -12,7 +12,7 @@ from mqbench.analysis.aggregate import CellAggregate
 from mqbench.analysis.faults import write_fault_metrics
 from mqbench.analysis.kernel import APPROX_BITS
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
-from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, build_plan, manifest_cell
+from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, manifest_cell, plan_cell
 from mqbench.analysis.progress import ProgressFn, ProgressTracker
 from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
 from mqbench.analysis.summary import (
@@ -161,7 +161,7 @@ def analyze_results(
             folder = result_dir / "cells" / cell.id
             if not folder.is_dir():
                 raise AnalysisError(f"cell {cell.id!r}: folder {folder} is missing")
-            plans.append(build_plan(cell, folder, APPROX_BITS if approx else None))
+            plans.append(plan_cell(cell, folder, APPROX_BITS if approx else None))
         aggs: list[CellAggregate]
         if engine == "numpy":
             aggs = []
@@ -207,7 +207,7 @@ def analyze_results(
 def _spark_aggregates(
     spark: Any, plans: list[CellPlan], chunk_records: int, progress: ProgressTracker
 ) -> list[CellAggregate]:
-    from mqbench.analysis.cell import aggregate_cells_spark
+    from mqbench.analysis.spark_job import aggregate_cells_spark
 
     progress.step("scanning")
     progress.watch_spark(spark)

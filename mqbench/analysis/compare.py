@@ -442,7 +442,7 @@ def compare_runs(
     (``valid: false`` in some repeat) makes it raise :class:`InvalidCellsError` unless
     ``allow_invalid``: a gate must not pass or fail on numbers that measure no broker.
     """
-    from mqbench.analysis.load import load_run
+    from mqbench.analysis.run_summaries import load_run
 
     parsed = thresholds if isinstance(thresholds, dict) else parse_thresholds(thresholds)
     runs = [load_run(Path(p), analyse_missing) for p in (baseline, current)]

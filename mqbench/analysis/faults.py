@@ -32,7 +32,7 @@ from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import LAT_UNIT_NS, RECORD_DTYPE, RECORD_SIZE
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 FAULTS_JSON = "faults.json"
 

@@ -21,7 +21,7 @@ from mqbench.records.format import (
     SEND_FAILED,
     SEND_OK,
 )
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 Hist = tuple[np.ndarray, np.ndarray]
 """A histogram: sorted unique int64 values and their int64 counts."""

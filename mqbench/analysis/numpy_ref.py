@@ -16,11 +16,11 @@ import pandas as pd
 
 from mqbench.analysis.aggregate import CellAggregate, series_length
 from mqbench.analysis.kernel import Hist, approx_decode, approx_encode, empty_hist, route_slots
-from mqbench.analysis.plan import CellPlan, build_plan
+from mqbench.analysis.plan import CellPlan, plan_cell
 from mqbench.analysis.summary import CellSummary, build_summary
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 
 def _hist_by_sort(values: np.ndarray, bits: int | None = None) -> Hist:
@@ -116,5 +116,5 @@ def analyze_cell_numpy(
     cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
 ) -> CellSummary:
     """Summary of one manifest cell computed in this process with numpy (no Spark)."""
-    plan = build_plan(cell, folder, approx_bits)
+    plan = plan_cell(cell, folder, approx_bits)
     return build_summary(plan, aggregate_cell_numpy(plan))

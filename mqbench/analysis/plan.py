@@ -25,7 +25,7 @@ from mqbench.records.cell_entry import (
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 from mqbench.records.integrity import RecordFileCheck, check_record_file
-from mqbench.records.schedule import intended_ns
+from mqbench.records.intended import intended_ns
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
 """Records per task (24 MiB): small enough that every core gets work, big enough for numpy."""
@@ -213,7 +213,7 @@ def manifest_cell(cell: CellEntry | Mapping[str, Any]) -> CellEntry:
         raise AnalysisError(str(exc)) from None
 
 
-def build_plan(
+def plan_cell(
     cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
 ) -> CellPlan:
     """Build the plan of one manifest cell (checks record files; raises AnalysisError).

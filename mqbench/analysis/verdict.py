@@ -101,7 +101,7 @@ def truncation_reason(checks: list[RecordFileCheck]) -> list[InvalidReason]:
     """A reason when record files lost data the window could not be clipped around.
 
     Unclosed files whose last checkpoint is known are handled by clipping the window
-    (:func:`mqbench.analysis.plan.build_plan`); missing counted records, torn records
+    (:func:`mqbench.analysis.plan.plan_cell`); missing counted records, torn records
     without a sidecar, or an unclosed file without a checkpoint time make it invalid.
     """
     bad = [

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from mqbench.endpoint import Endpoint
 
 if TYPE_CHECKING:
-    from mqbench.brokers.sampler import SampleSource
-    from mqbench.brokers.tls_material import TlsMaterial
+    from mqbench.brokers.resources.sampler import SampleSource
+    from mqbench.brokers.security.tls_material import TlsMaterial
 
 
 @dataclass(frozen=True)

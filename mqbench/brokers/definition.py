@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from mqbench.brokers.knobs import NoKnobs, ProfileKnobs
+from mqbench.brokers.resources.knobs import NoKnobs, ProfileKnobs
 
 if TYPE_CHECKING:
-    from mqbench.brokers.compose import ComposeEntry
-    from mqbench.brokers.container_security import SecuredContainer
-    from mqbench.brokers.maven import JavaDistribution
-    from mqbench.brokers.native_spec import NativeSpec
+    from mqbench.brokers.docker.compose import ComposeEntry
+    from mqbench.brokers.docker.security import SecuredContainer
+    from mqbench.brokers.java.maven import JavaDistribution
+    from mqbench.brokers.runtime.native_spec import NativeSpec
 
 TransportName = Literal["mqtt", "nats", "redis", "amqp", "zenoh"]
 

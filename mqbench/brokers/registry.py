@@ -8,7 +8,6 @@ test can add a broker by replacing it.
 
 from __future__ import annotations
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, Target, TargetDefinition
 from mqbench.brokers.definitions import (
     activemq,
@@ -23,8 +22,9 @@ from mqbench.brokers.definitions import (
     tbmq_style,
     zenoh,
 )
-from mqbench.brokers.maven import JavaDistribution
-from mqbench.brokers.native_spec import NativeSpec
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.java.maven import JavaDistribution
+from mqbench.brokers.runtime.native_spec import NativeSpec
 from mqbench.errors import BrokerError, ScenarioError
 
 __all__ = [

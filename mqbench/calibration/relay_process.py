@@ -19,7 +19,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from mqbench.brokers.net import free_port
+from mqbench.brokers.runtime.net import free_port
 from mqbench.calibration.relays import RELAY_PROTOCOLS, HopStats, Hub
 from mqbench.errors import BrokerError
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mqbench.brokers.registry import get_target, target_names
-from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.calibration import store
 from mqbench.calibration.model import Calibration
 from mqbench.calibration.relays import RELAY_PROTOCOLS

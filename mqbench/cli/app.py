@@ -390,7 +390,7 @@ def targets() -> None:
     """List every known target and which runtimes can run it on this machine."""
 
     def go() -> None:
-        from mqbench.brokers.availability import LISTED_RUNTIMES, target_availability
+        from mqbench.brokers.runtime.availability import LISTED_RUNTIMES, target_availability
 
         rows = target_availability()
         table = Table(title="targets", title_justify="left")

@@ -1,7 +1,7 @@
 """``mqbench broker serve``: run the built-in TBMQ-style MQTT broker in the foreground.
 
 Registered in the main app with ``app.add_typer(broker_app, name="broker")``; also runs as
-``python -m mqbench.broker [OPTIONS]`` (same options, no sub-command).
+``python -m mqbench.builtin_broker [OPTIONS]`` (same options, no sub-command).
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def serve(
     """
 
     def go() -> None:
-        from mqbench.broker.config import BrokerConfig
-        from mqbench.broker.run import serve_until_stopped
+        from mqbench.builtin_broker.config import BrokerConfig
+        from mqbench.builtin_broker.run import serve_until_stopped
 
         config = BrokerConfig(
             host=host,
@@ -148,9 +148,9 @@ standalone_app = typer.Typer(
     add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
 )
 standalone_app.command()(serve)
-"""The same command without a sub-command, for ``python -m mqbench.broker``."""
+"""The same command without a sub-command, for ``python -m mqbench.builtin_broker``."""
 
 
 def main() -> None:
-    """Entry point of ``python -m mqbench.broker``."""
-    standalone_app(prog_name="python -m mqbench.broker")
+    """Entry point of ``python -m mqbench.builtin_broker``."""
+    standalone_app(prog_name="python -m mqbench.builtin_broker")

@@ -1,6 +1,6 @@
 """``mqbench brokers up|down|status|logs|fetch``: work with a broker by hand.
 
-Each command parses its arguments, makes one call into ``mqbench/brokers/manage.py`` (which
+Each command parses its arguments, makes one call into ``mqbench/brokers/runtime/manage.py`` (which
 starts, records, stops and inspects the brokers) and prints the typed result.
 """
 
@@ -12,14 +12,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mqbench.brokers.manage import (
+from mqbench.brokers.resources.profiles import profile_names
+from mqbench.brokers.runtime.manage import (
     broker_logs,
     broker_statuses,
     fetch_java_brokers,
     start_broker,
     stop_broker,
 )
-from mqbench.brokers.profiles import profile_names
 from mqbench.cli.errors import guarded
 
 console = Console(highlight=False, soft_wrap=True)

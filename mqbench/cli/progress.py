@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.text import Text
 
 from mqbench.analysis.progress import AnalysisProgress
-from mqbench.brokers.liveness import BrokerExit
+from mqbench.brokers.runtime.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.matrix import Cell

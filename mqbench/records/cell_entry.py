@@ -18,7 +18,7 @@ from typing import Any, Final, Literal, cast, get_args
 from mqbench.errors import ResultsError
 from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.format import SCHEMA_VERSION
-from mqbench.records.schedule import measured_window
+from mqbench.records.intended import measured_window
 from mqbench.records.worker_stats import WorkerStats
 
 CELL_ENTRY_VERSION: Final = SCHEMA_VERSION

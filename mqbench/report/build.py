@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqbench.analysis.load import LoadedRun, load_run
-from mqbench.analysis.plan import CellPlan, build_plan
+from mqbench.analysis.plan import CellPlan, plan_cell
 from mqbench.analysis.repeats import RepeatAggregate, aggregate_repeats, base_id
+from mqbench.analysis.run_summaries import LoadedRun, load_run
 from mqbench.analysis.summary import CellSummary
 from mqbench.errors import AnalysisError, UsageError
 from mqbench.report.axes import Matrix, ReportAxes
@@ -66,7 +66,7 @@ def _pooled(runs: Sequence[LoadedRun]) -> tuple[list[CellSummary], dict[str, lis
                 continue
             cid = str(entry.get("id"))
             try:
-                plan = build_plan(entry, run.cell_folder(cid))
+                plan = plan_cell(entry, run.cell_folder(cid))
             except AnalysisError:
                 continue  # no usable records (e.g. a committed baseline of summaries only)
             plans.setdefault(base_id(s.cell_id, s.repeat), []).append(plan)
@@ -107,7 +107,7 @@ def build_report(
 ) -> Report:
     """Tables of ``paths`` rendered in ``fmt``; figures written to ``figures_dir`` if given.
 
-    Unanalysed cells are analysed with the numpy engine first (see mqbench.analysis.load).
+    Unanalysed cells are analysed with the numpy engine first (see mqbench.analysis.run_summaries).
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")

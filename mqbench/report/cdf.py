@@ -17,7 +17,7 @@ import numpy as np
 from mqbench.analysis.kernel import Hist, histogram, merge_hists, read_chunk
 from mqbench.analysis.plan import CellPlan
 from mqbench.records.format import LAT_UNIT_NS, RECORD_SIZE
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 CDF_CHUNK: Final = 1 << 22
 """Records read at once (4M records, 96 MiB)."""

@@ -1,5 +1,5 @@
 """Protocol codecs shared by the clients (``mqbench.transports``), the built-in broker
-(``mqbench.broker``) and the calibration relays: pure functions and data, no I/O.
+(``mqbench.builtin_broker``) and the calibration relays: pure functions and data, no I/O.
 
 Modules: ``mqtt`` (MQTT 3.1.1/5 packets, properties, parser, reason codes), ``nats`` (the
 NATS core text protocol), ``resp`` (RESP2 for Redis Pub/Sub), ``amqp`` (AMQP 0-9-1

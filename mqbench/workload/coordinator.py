@@ -14,7 +14,7 @@ from typing import Any, Protocol, cast
 from mqbench.errors import MqbenchError, ResultsWriteError, TransportError
 from mqbench.process import interrupts
 from mqbench.records.events import Event, EventKind, EventLog
-from mqbench.records.schedule import measured_window
+from mqbench.records.intended import measured_window
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import WorkerFailure, worker_main

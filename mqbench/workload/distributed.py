@@ -19,7 +19,7 @@ from mqbench.records.clocks import ClockOffset
 from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
-from mqbench.workload.plan import WorkerPlan, build_plans, worker_count
+from mqbench.workload.plan import WorkerPlan, build_worker_plans, worker_count
 from mqbench.workload.topology import build_topology
 
 
@@ -107,7 +107,7 @@ def check_distributed(scenario: Scenario, cells: Sequence[Cell]) -> None:
     for cell in cells:
         workers = worker_count(generator.executors, cell.connections, 1)
         topology = build_topology(cell, "check", scenario.seed)
-        plans = build_plans(
+        plans = build_worker_plans(
             cell,
             topology,
             cell_dir="",

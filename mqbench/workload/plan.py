@@ -152,7 +152,7 @@ def split_range(total: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def build_plans(
+def build_worker_plans(
     cell: Cell,
     topology: Topology,
     *,

@@ -16,10 +16,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from mqbench.brokers.native_profiles import check_native_profile
-from mqbench.brokers.profiles import profile_names
 from mqbench.brokers.registry import get_target
-from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.resources.native_profiles import check_native_profile
+from mqbench.brokers.resources.profiles import profile_names
+from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.errors import BrokerError, ScenarioError
 from mqbench.faults.driver import check_faults
 from mqbench.records.hadoop_fs import RemoteRoot

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
-from mqbench.brokers.liveness import BrokerExit, WatchesExit
 from mqbench.brokers.registry import get_target
-from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.sampler import ResourceSampler
+from mqbench.brokers.resources.sampler import ResourceSampler
+from mqbench.brokers.runtime.liveness import BrokerExit, WatchesExit
+from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.errors import LoadTaskLost, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.faults.driver import FaultDriver
 from mqbench.process import interrupts
@@ -49,7 +49,7 @@ from mqbench.workload.distributed import (
 )
 from mqbench.workload.plan import (
     WorkerPlan,
-    build_plans,
+    build_worker_plans,
     cell_shards,
     process_count,
 )
@@ -478,7 +478,7 @@ def _run_cell(
                 broker.endpoint.host, broker.endpoint.port, listen_host=scenario.broker.host
             )
         reporter.phase(cell, f"connecting {cell.connections} clients")
-        plans = build_plans(
+        plans = build_worker_plans(
             cell,
             topology,
             cell_dir=str(cell_dir.resolve()),

@@ -18,8 +18,8 @@ from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.registry import get_target
-from mqbench.brokers.runtimes import get_runtime
-from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.brokers.runtime.registry import get_runtime
+from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.errors import BrokerError, ScenarioError
 from mqbench.scenario.model import Scenario
 from mqbench.scenario.security import (

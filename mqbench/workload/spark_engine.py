@@ -37,7 +37,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.sampler import ProcessLike, Sample
+from mqbench.brokers.resources.sampler import ProcessLike, Sample
 from mqbench.endpoint import Endpoint
 from mqbench.errors import ClockError, LoadTaskLost, MqbenchError, TransportError
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock

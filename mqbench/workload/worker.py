@@ -40,7 +40,7 @@ from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
-from mqbench.workload.schedule import InterleavedSchedule, PublishLoop
+from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop
 from mqbench.workload.timer import timer_factory
 from mqbench.workload.topology import PubSpec, SubSpec
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mqbench.brokers.base import RunningBroker, StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 
 NativeBrokerFactory = Callable[..., RunningBroker]

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.native_spec import (
+from mqbench.brokers.runtime.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
     merged_options,
     run_for_output,
 )
-from mqbench.brokers.probes import redis_probe
+from mqbench.brokers.runtime.probes import redis_probe
 
 VERSION = "1.2.3"
 DEFAULTS: dict[str, Any] = {"banner": "fake broker"}

@@ -2,7 +2,7 @@
 
 The jars (``org.apache.hadoop:hadoop-client-minicluster``, the version of PySpark's own
 ``hadoop-client-api`` jars) come from Maven Central through the same fetch as the Java
-brokers (``mqbench.brokers.maven``); ``scripts/install.sh --dev`` runs
+brokers (``mqbench.brokers.java.maven``); ``scripts/install.sh --dev`` runs
 ``python tests/integration/hdfs_minicluster.py fetch``. The launcher
 (``tests/integration/java/MiniHdfs.java``) is compiled once into the cache.
 """
@@ -15,7 +15,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqbench.brokers.maven import Artifact, Installed, JavaDistribution, fetch, find_tool, installed
+from mqbench.brokers.java.maven import (
+    Artifact,
+    Installed,
+    JavaDistribution,
+    fetch,
+    find_tool,
+    installed,
+)
 
 HADOOP_VERSION = "3.5.0"
 START_TIMEOUT_S = 120.0

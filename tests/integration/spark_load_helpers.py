@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.loader import validate_scenario
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario

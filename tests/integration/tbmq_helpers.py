@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from mqbench.broker import Broker, BrokerConfig
+from mqbench.builtin_broker import Broker, BrokerConfig
 
 
 class BrokerThread:

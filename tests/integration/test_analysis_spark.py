@@ -23,7 +23,7 @@ from analysis_fixtures import (
 )
 
 from mqbench.analysis import analyze_run
-from mqbench.analysis.loader import load_records
+from mqbench.analysis.spark_records import load_records
 from mqbench.analysis.summary import CellSummary
 
 pytestmark = pytest.mark.spark

@@ -1,7 +1,7 @@
 """The built-in broker's MQTT 5 wills, topic aliases and shared subscriptions with real
 clients (paho-mqtt v2 in MQTTv5 mode, mosquitto_sub/mosquitto_pub -V 5), each test run
-against the built-in broker (target ``tbmq-style``, ``python -m mqbench.broker``) and against
-native mosquitto as the reference, both started by the native runtime on 127.0.0.1."""
+against the built-in broker (target ``tbmq-style``, ``python -m mqbench.builtin_broker``) and
+against native mosquitto as the reference, both started by the native runtime on 127.0.0.1."""
 
 from __future__ import annotations
 

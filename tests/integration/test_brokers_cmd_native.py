@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mqbench.brokers.net import tcp_reachable
+from mqbench.brokers.runtime.net import tcp_reachable
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def test_mosquitto_started_by_hand_outlives_the_cli_and_stops_by_pid(tmp_path: P
 def test_a_native_profile_by_hand_puts_the_broker_in_a_cgroup_that_down_removes(
     tmp_path: Path,
 ) -> None:
-    from mqbench.brokers.cgroups import CgroupError, CgroupManager, remove_cgroup_dirs
+    from mqbench.brokers.resources.cgroups import CgroupError, CgroupManager, remove_cgroup_dirs
 
     try:
         CgroupManager().check_writable()

@@ -12,7 +12,7 @@ import pytest
 from loops import run, wait_until
 from typer.testing import CliRunner
 
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.calibration import store
 from mqbench.calibration.ceiling import SearchPlan
 from mqbench.calibration.model import CeilingBounds, Settings

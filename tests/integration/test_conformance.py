@@ -34,8 +34,8 @@ from loops import LOOPS
 from loops import run as run_on
 
 from mqbench.brokers.base import RunningBroker, StartRequest
-from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.registry import get_target
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.faults.tcp import ProxyRegistry

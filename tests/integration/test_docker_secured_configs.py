@@ -24,17 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from secured_probe import connect_as_bob, endpoint_of
 
 from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
-from mqbench.brokers.container_security import (
+from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
     MOUNT_WORK,
     StagedConfig,
     stage_secured,
 )
-from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec
-from mqbench.brokers.net import free_port
 from mqbench.brokers.registry import get_definition
-from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec
+from mqbench.brokers.runtime.net import free_port
+from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 

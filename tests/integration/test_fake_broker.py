@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from mqbench.brokers import registry
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime, process_alive
-from mqbench.brokers.probes import redis_probe
+from mqbench.brokers.runtime.native import NativeRuntime, process_alive
+from mqbench.brokers.runtime.probes import redis_probe
 from mqbench.cli.app import app
 from mqbench.errors import BrokerError
 

@@ -17,12 +17,12 @@ from typing import Any
 import psutil
 import pytest
 
-from mqbench.brokers import maven
 from mqbench.brokers.base import RunningBroker
-from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.java import maven
+from mqbench.brokers.java.maven import Artifact, JavaDistribution
 from mqbench.brokers.registry import maven_distributions
-from mqbench.brokers.sampler import ResourceSampler
+from mqbench.brokers.resources.sampler import ResourceSampler
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 from mqbench.transports.base import ClientOptions

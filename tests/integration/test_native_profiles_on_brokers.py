@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mqbench.brokers.base import RunningBroker
-from mqbench.brokers.cgroups import CgroupError, CgroupManager
+from mqbench.brokers.resources.cgroups import CgroupError, CgroupManager
 from mqbench.cli.app import app
 
 pytestmark = pytest.mark.integration
@@ -162,8 +162,8 @@ def test_the_cpu_quota_throttles_a_group_that_wants_more_than_one_core(
     # and was held to it; the sampler must never see more than one core.
     import subprocess
 
-    from mqbench.brokers.cgroups import Limits
-    from mqbench.brokers.sampler import ResourceSampler
+    from mqbench.brokers.resources.cgroups import Limits
+    from mqbench.brokers.resources.sampler import ResourceSampler
 
     group = CgroupManager().create(f"burn-{os.getpid()}", Limits(cpus=1))
     starts = " ".join(f"sh -c '{BURN}' & p{i}=$!;" for i in range(BURNERS))

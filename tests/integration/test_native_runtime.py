@@ -14,13 +14,13 @@ import psutil
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from mqbench.brokers import native as native_module
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.definitions.mosquitto import MosquittoSpec
 from mqbench.brokers.definitions.nats import NatsSpec
-from mqbench.brokers.external import ExternalRuntime
-from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.net import free_port, port_in_use
+from mqbench.brokers.runtime import native as native_module
+from mqbench.brokers.runtime.external import ExternalRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.brokers.runtime.net import free_port, port_in_use
 from mqbench.errors import BrokerError
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.definitions import rabbitmq as rabbitmq_spec
 from mqbench.brokers.definitions.activemq import ActiveMqSpec
 from mqbench.brokers.definitions.rabbitmq import RabbitMqSpec, find_epmd
-from mqbench.brokers.native import NativeRuntime
 from mqbench.brokers.registry import get_target, native_specs
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
 from mqbench.transports.amqp import AmqpTransport

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from secured_probe import connect_as_bob, endpoint_of
 
 from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
-from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
 from tbmq_helpers import BrokerThread, running_broker
 
-from mqbench.broker.connection import TOPIC_ALIAS_MAXIMUM
-from mqbench.brokers.backing_services import PostgresService, RedisService
+from mqbench.brokers.services.backing import PostgresService, RedisService
+from mqbench.builtin_broker.connection import TOPIC_ALIAS_MAXIMUM
 from mqbench.endpoint import Endpoint
 from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient

@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 import redis
 
-from mqbench.broker.persistence.base import Fetch, Save
-from mqbench.broker.persistence.redis_store import AsyncRedisDeviceStore, SyncRedisDeviceStore
-from mqbench.brokers.backing_services import RedisService
+from mqbench.brokers.services.backing import RedisService
+from mqbench.builtin_broker.persistence.base import Fetch, Save
+from mqbench.builtin_broker.persistence.redis_store import (
+    AsyncRedisDeviceStore,
+    SyncRedisDeviceStore,
+)
 
 pytestmark = pytest.mark.integration
 

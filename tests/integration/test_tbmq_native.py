@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.cli.broker_cmd import broker_app
 from mqbench.transports.base import ClientOptions
 from mqbench.transports.mqtt import MqttClient

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
 from mqbench.records.format import RECORD_DTYPE, SEND_OK
-from mqbench.records.schedule import intended_ns_array
+from mqbench.records.intended import intended_ns_array
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()

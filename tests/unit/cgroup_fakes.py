@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqbench.brokers.cgroups import CgroupFiles
+from mqbench.brokers.resources.cgroups import CgroupFiles
 
 V1_NO_LIMIT = "9223372036854771712"
 

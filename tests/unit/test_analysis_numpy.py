@@ -24,9 +24,9 @@ from analysis_fixtures import (
 )
 
 from mqbench.analysis import analyze_cell_numpy, analyze_run
-from mqbench.analysis.cell import aggregate_cells_serial
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy
-from mqbench.analysis.plan import build_plan
+from mqbench.analysis.plan import plan_cell
+from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import CellSummary, nearest_rank
 from mqbench.errors import AnalysisError
 from mqbench.records.format import SEND_ACK, SEND_FAILED
@@ -203,7 +203,7 @@ def test_generator_saturation_from_manifest_marks_cell_invalid(tmp_path: Path) -
 def test_chunked_merge_equals_whole_file_reference(tmp_path: Path) -> None:
     manifest = json.loads((rich_run(tmp_path) / "manifest.json").read_text())
     for cell in manifest["cells"]:
-        plan = build_plan(cell, tmp_path / "cells" / cell["id"])
+        plan = plan_cell(cell, tmp_path / "cells" / cell["id"])
         reference = aggregate_cell_numpy(plan)
         for chunk_records in (1, 7, 1000):
             (chunked,) = aggregate_cells_serial([plan], chunk_records)

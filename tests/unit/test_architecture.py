@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "records": 2,
     "brokers": 3,
     "faults": 3,
-    "broker": 3,
+    "builtin_broker": 3,
     "transports": 3,
     "workload": 4,
     "analysis": 4,
@@ -41,8 +41,8 @@ SAME_LAYER_ALLOWED: set[tuple[str, str]] = {
 """Same-layer imports the table allows (importer, imported)."""
 
 FORBIDDEN: dict[str, set[str]] = {
-    "analysis": {"workload", "brokers", "transports", "faults", "broker"},
-    "broker": {"transports"},
+    "analysis": {"workload", "brokers", "transports", "faults", "builtin_broker"},
+    "builtin_broker": {"transports"},
 }
 """Imports ruled out beyond the layers (docs/architecture.md, "Rules beyond the layers")."""
 
@@ -223,8 +223,8 @@ def test_only_the_cli_exits_the_process() -> None:
     [
         ("mqbench.records.manifest", "mqbench.workload.run", "must not import layer 4"),
         ("mqbench.workload.search", "mqbench.analysis.api", "on the same layer"),
-        ("mqbench.analysis.load", "mqbench.brokers.registry", "analysis must not import"),
-        ("mqbench.broker.connection", "mqbench.transports.mqtt", "same layer"),
+        ("mqbench.analysis.run_summaries", "mqbench.brokers.registry", "analysis must not import"),
+        ("mqbench.builtin_broker.connection", "mqbench.transports.mqtt", "same layer"),
     ],
 )
 def test_the_checker_catches_an_import_that_breaks_a_rule(
@@ -247,12 +247,12 @@ ENGINE_DOORS: frozenset[str] = frozenset(
         "mqbench.transports.registry",
         "mqbench.brokers.base",
         "mqbench.brokers.registry",
-        "mqbench.brokers.runtimes",
-        "mqbench.brokers.liveness",
-        "mqbench.brokers.sampler",
-        "mqbench.brokers.profiles",
-        "mqbench.brokers.native_profiles",
-        "mqbench.brokers.tls_material",
+        "mqbench.brokers.runtime.registry",
+        "mqbench.brokers.runtime.liveness",
+        "mqbench.brokers.resources.sampler",
+        "mqbench.brokers.resources.profiles",
+        "mqbench.brokers.resources.native_profiles",
+        "mqbench.brokers.security.tls_material",
         "mqbench.faults.driver",
     }
 )

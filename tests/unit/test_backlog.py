@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis_fixtures import MS, intended, make_cell, records, sends_ok
 
 from mqbench.analysis import analyze_cell_numpy
-from mqbench.analysis.cell import aggregate_cells_serial
-from mqbench.analysis.plan import build_plan
+from mqbench.analysis.plan import plan_cell
+from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import build_summary
 
 LAT_UNIT_NS = 100
@@ -36,7 +36,7 @@ def _cell(tmp_path: Path, delivered: range, delay_ns: Any, drain_s: float = 1.0)
 def _both_engines(tmp_path: Path, cell: dict) -> tuple[Any, Any]:
     folder = tmp_path / "cells" / "c0"
     whole = analyze_cell_numpy(cell, folder)
-    plan = build_plan(cell, folder)
+    plan = plan_cell(cell, folder)
     (chunked,) = aggregate_cells_serial([plan], 7)
     return whole, build_summary(plan, chunked)
 

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mqbench.broker import Broker, BrokerConfig
-from mqbench.broker.connection import TOPIC_ALIAS_MAXIMUM, Connection
+from mqbench.builtin_broker import Broker, BrokerConfig
+from mqbench.builtin_broker.connection import TOPIC_ALIAS_MAXIMUM, Connection
 from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,

@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 
-from mqbench.broker.config import BrokerConfig, ClientClassifier, ClientType, load_credentials
-from mqbench.broker.message import PUBREL_MARKER, Message, deserialize
-from mqbench.broker.persistence.app_queue import MemoryAppQueue
-from mqbench.broker.persistence.base import (
+from mqbench.builtin_broker.config import (
+    BrokerConfig,
+    ClientClassifier,
+    ClientType,
+    load_credentials,
+)
+from mqbench.builtin_broker.message import PUBREL_MARKER, Message, deserialize
+from mqbench.builtin_broker.persistence.app_queue import MemoryAppQueue
+from mqbench.builtin_broker.persistence.base import (
     Clear,
     Fetch,
     MarkPubrel,
@@ -19,9 +24,9 @@ from mqbench.broker.persistence.base import (
     Save,
     allocated_ids,
 )
-from mqbench.broker.persistence.memory import MemoryDeviceStore
-from mqbench.broker.persistence.redis_store import collect_results, plan_calls
-from mqbench.broker.session import APP, DEVICE, MEMORY, REL, Outgoing, PendingAck, Session
+from mqbench.builtin_broker.persistence.memory import MemoryDeviceStore
+from mqbench.builtin_broker.persistence.redis_store import collect_results, plan_calls
+from mqbench.builtin_broker.session import APP, DEVICE, MEMORY, REL, Outgoing, PendingAck, Session
 from mqbench.errors import UsageError
 from mqbench.wire.mqtt.properties import PROP_MESSAGE_EXPIRY, PROP_USER_PROPERTY
 
@@ -125,7 +130,7 @@ def test_message_round_trips_through_its_stored_form() -> None:
 
 def test_memory_app_queue_keeps_entries_in_order_until_acked() -> None:
     queue = MemoryAppQueue(limit=2)
-    from mqbench.broker.persistence.base import Ack, Append, Read
+    from mqbench.builtin_broker.persistence.base import Ack, Append, Read
 
     e1, e2, e3 = queue.execute_now([Append("a", b"1"), Append("a", b"2"), Append("a", b"3")])
     assert queue.execute_now([Read("a")])[0] == [(e2, b"2"), (e3, b"3")]

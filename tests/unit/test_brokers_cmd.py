@@ -14,10 +14,10 @@ import typer
 from docker_fakes import HEALTHY_ENGINE, FakeDocker, install_fake_docker
 from typer.testing import CliRunner
 
-from mqbench.brokers import maven
-from mqbench.brokers.compose import compose_dir
-from mqbench.brokers.manage import BrokerState, find_states, state_path
+from mqbench.brokers.docker.compose import compose_dir
+from mqbench.brokers.java import maven
 from mqbench.brokers.registry import maven_distributions
+from mqbench.brokers.runtime.manage import BrokerState, find_states, state_path
 from mqbench.cli.brokers_cmd import brokers_app
 
 app = typer.Typer()
@@ -67,7 +67,7 @@ def native_state(proc: subprocess.Popen[bytes], log: Path) -> BrokerState:
 def test_a_native_profile_larger_than_the_machine_is_refused_before_starting(
     monkeypatch: pytest.MonkeyPatch, state_folder: Path
 ) -> None:
-    monkeypatch.setattr("mqbench.brokers.native_profiles.machine_cpus", lambda: [0, 1])
+    monkeypatch.setattr("mqbench.brokers.resources.native_profiles.machine_cpus", lambda: [0, 1])
     code, out = invoke("up", "mosquitto", "--profile", "4cpu-8g")
     assert code == 1
     assert out.startswith(

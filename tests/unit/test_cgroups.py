@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cgroup_fakes import V1_NO_LIMIT, Machine, v1_machine, v2_machine
 
-from mqbench.brokers.cgroups import (
+from mqbench.brokers.resources.cgroups import (
     CgroupError,
     CgroupManager,
     Limits,

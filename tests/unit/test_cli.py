@@ -103,7 +103,7 @@ def test_run_with_unknown_target_creates_no_result_folder(tmp_path: Path) -> Non
 def test_run_with_missing_broker_binary_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mqbench.brokers.native_spec import NativeSpec
+    from mqbench.brokers.runtime.native_spec import NativeSpec
 
     monkeypatch.setattr(NativeSpec, "find_binary", lambda self: None)
     path = write(tmp_path, "name: nobin\ntargets: [mosquitto]\n")

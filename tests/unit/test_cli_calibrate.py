@@ -9,7 +9,7 @@ from calibration_fixtures import calibration
 from typer.testing import CliRunner
 
 from mqbench.brokers.base import Availability
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.calibration import store
 from mqbench.calibration.model import current_host
 from mqbench.cli.app import app

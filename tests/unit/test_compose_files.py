@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from mqbench.brokers.compose import (
+from mqbench.brokers.docker.compose import (
     TOXIPROXY,
     InterpolationError,
     compose_dir,
     interpolate,
     load_compose,
 )
-from mqbench.brokers.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from mqbench.brokers.registry import compose_entries, target_names
+from mqbench.brokers.resources.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from mqbench.errors import BrokerError
 
 COMPOSE_TARGETS = compose_entries()

@@ -21,7 +21,7 @@ from mqbench.workload.distributed import (
     clock_spread_ns,
     cross_task_routes,
 )
-from mqbench.workload.plan import build_plans
+from mqbench.workload.plan import build_worker_plans
 from mqbench.workload.preflight import preflight
 from mqbench.workload.topology import build_topology
 
@@ -39,7 +39,7 @@ def scenario(workload: dict[str, Any], **generator: Any) -> Scenario:
 def crossing(s: Scenario) -> int:
     cell = expand(s)[0]
     topology = build_topology(cell, "t", s.seed)
-    plans = build_plans(
+    plans = build_worker_plans(
         cell,
         topology,
         cell_dir="",

@@ -13,14 +13,14 @@ from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docke
 
 import mqbench.brokers.definitions.tbmq as tbmq_definition
 from mqbench.brokers.base import HasResourceSource, StartRequest
-from mqbench.brokers.compose import compose_dir
-from mqbench.brokers.docker import (
+from mqbench.brokers.docker.compose import compose_dir
+from mqbench.brokers.docker.runtime import (
     DockerRuntime,
     engine_remote_host,
     failed_services,
     parse_ps_json,
 )
-from mqbench.brokers.runtimes import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.errors import BrokerError, ScenarioError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docker"

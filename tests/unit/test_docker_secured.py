@@ -19,8 +19,9 @@ from compose_schema import compose_errors
 from docker_fakes import FakeDocker, FakeSdk, install_fake_docker
 
 from mqbench.brokers.base import BrokerSecurity, StartRequest
-from mqbench.brokers.compose import compose_dir, interpolate_tree, load_compose
-from mqbench.brokers.container_security import (
+from mqbench.brokers.docker.compose import compose_dir, interpolate_tree, load_compose
+from mqbench.brokers.docker.runtime import DockerRuntime
+from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
     MOUNT_WORK,
     PROBE_PASSWORD,
@@ -28,11 +29,10 @@ from mqbench.brokers.container_security import (
     secured_service,
     stage_secured,
 )
-from mqbench.brokers.docker import DockerRuntime
-from mqbench.brokers.native_spec import ReadyCheck
-from mqbench.brokers.profiles import get_profile
 from mqbench.brokers.registry import compose_entry, get_definition
-from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.brokers.resources.profiles import get_profile
+from mqbench.brokers.runtime.native_spec import ReadyCheck
+from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.errors import BrokerError
 
 SECRET = "Docker-Secret-7f3a91"

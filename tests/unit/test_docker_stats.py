@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mqbench.brokers.docker_stats import (
+from mqbench.brokers.docker.stats import (
     ContainerRef,
     ContainerStatsSource,
     cgroup_version,
@@ -18,7 +18,7 @@ from mqbench.brokers.docker_stats import (
     cpu_reading,
     memory_bytes,
 )
-from mqbench.brokers.sampler import CSV_HEADER, ResourceSampler
+from mqbench.brokers.resources.sampler import CSV_HEADER, ResourceSampler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docker"
 

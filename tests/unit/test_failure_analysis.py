@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis_fixtures import MS, intended, make_cell, records, sends_ok, write_manifest
 
 from mqbench.analysis import analyze_cell_numpy, analyze_run
-from mqbench.analysis.cell import aggregate_cells_serial
-from mqbench.analysis.plan import build_plan
+from mqbench.analysis.plan import plan_cell
+from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import build_summary
 from mqbench.analysis.verdict import MAX_UNSENT_FRACTION, InvalidKind, unsent_reason
 from mqbench.records.format import RECORD_SIZE, SEND_FAILED
@@ -144,7 +144,7 @@ def test_spark_kernels_and_numpy_agree_on_a_torn_file(tmp_path: Path) -> None:
     folder = tmp_path / "cells" / "c0"
     path = folder / "deliveries-0.bin"
     path.write_bytes(path.read_bytes()[: 50 * RECORD_SIZE + 7])
-    plan = build_plan(cell, folder)
+    plan = plan_cell(cell, folder)
     (agg,) = aggregate_cells_serial([plan], chunk_records=16)
     serial = build_summary(plan, agg)
     numpy_summary = analyze_cell_numpy(cell, folder)

@@ -8,7 +8,7 @@ from mqbench.analysis.faults import fault_metrics, fault_windows
 from mqbench.faults.schedule import downtime_fraction, exponential_schedule, fixed_schedule
 from mqbench.records.events import Event, EventKind
 from mqbench.records.format import RECORD_DTYPE
-from mqbench.records.schedule import intended_ns
+from mqbench.records.intended import intended_ns
 
 START = 1_800_000_000_000_000_000
 S = 1_000_000_000

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mqbench.brokers import maven
-from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.native import NativeRuntime
+from mqbench.brokers.java import maven
+from mqbench.brokers.java.maven import Artifact, JavaDistribution
 from mqbench.brokers.registry import maven_distributions
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.cli.app import app
 from mqbench.errors import BrokerError
 

@@ -9,17 +9,23 @@ import pytest
 from cgroup_fakes import Machine, v1_machine
 from typer.testing import CliRunner
 
-from mqbench.brokers.cgroups import CgroupManager
-from mqbench.brokers.knobs import ErlangSchedulers, GoMaxProcs, JvmFlags, NoKnobs, jvm_profile_argv
-from mqbench.brokers.native_profiles import (
+from mqbench.brokers.registry import get_definition
+from mqbench.brokers.resources.cgroups import CgroupManager
+from mqbench.brokers.resources.knobs import (
+    ErlangSchedulers,
+    GoMaxProcs,
+    JvmFlags,
+    NoKnobs,
+    jvm_profile_argv,
+)
+from mqbench.brokers.resources.native_profiles import (
     NativeLimiter,
     check_fits,
     check_native_profile,
     split_profile,
 )
-from mqbench.brokers.native_spec import LaunchPlan
-from mqbench.brokers.profiles import get_profile
-from mqbench.brokers.registry import get_definition
+from mqbench.brokers.resources.profiles import get_profile
+from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.cli.app import app
 from mqbench.errors import BrokerError
 from mqbench.scenario.model import Scenario
@@ -29,8 +35,10 @@ MIB = 1024 * 1024
 
 @pytest.fixture
 def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mqbench.brokers.native_profiles.machine_cpus", lambda: [0, 1])
-    monkeypatch.setattr("mqbench.brokers.native_profiles.machine_memory_mb", lambda: 24000)
+    monkeypatch.setattr("mqbench.brokers.resources.native_profiles.machine_cpus", lambda: [0, 1])
+    monkeypatch.setattr(
+        "mqbench.brokers.resources.native_profiles.machine_memory_mb", lambda: 24000
+    )
 
 
 def fake_manager(machine: Machine) -> CgroupManager:
@@ -198,7 +206,7 @@ def test_run_without_cgroup_access_fails_in_one_line_before_creating_results(
     machine = v1_machine(tmp_path)
     machine.kernel.fail_mkdir = errno.EACCES
     monkeypatch.setattr(
-        "mqbench.brokers.native_profiles.CgroupManager", lambda: fake_manager(machine)
+        "mqbench.brokers.resources.native_profiles.CgroupManager", lambda: fake_manager(machine)
     )
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: nocg\ntargets: [mosquitto]\nresources: 1cpu-2g\n")

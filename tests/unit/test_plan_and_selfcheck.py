@@ -6,7 +6,7 @@ from mqbench.scenario.matrix import Cell
 from mqbench.workload.plan import (
     SPLIT_ABOVE_MSG_S,
     WorkerPlan,
-    build_plans,
+    build_worker_plans,
     process_count,
     resolve_layout,
     split_range,
@@ -40,7 +40,7 @@ def test_too_few_explicit_workers_for_the_connections_is_rejected() -> None:
 
 
 def plans_for(cell: Cell, workers: int, layout: str = "shared") -> list[WorkerPlan]:
-    return build_plans(
+    return build_worker_plans(
         cell,
         build_topology(cell, "abc"),
         cell_dir="/tmp/x",

@@ -10,7 +10,7 @@ import pytest
 
 from mqbench.brokers.definitions.redis import RedisSpec
 from mqbench.brokers.definitions.zenoh import ZenohSpec
-from mqbench.brokers.zenoh_router import router_settings
+from mqbench.brokers.services.zenoh_router import router_settings
 from mqbench.errors import BrokerError
 
 BINARY = Path("/usr/bin/redis-server")
@@ -69,7 +69,7 @@ def test_zenoh_router_runs_in_this_interpreter_with_scouting_off(tmp_path: Path)
     assert plan.argv[:5] == [
         sys.executable,
         "-m",
-        "mqbench.brokers.zenoh_router",
+        "mqbench.brokers.services.zenoh_router",
         "--listen",
         "tcp/127.0.0.1:7500",
     ]

@@ -8,9 +8,12 @@ from types import ModuleType
 
 import pytest
 
-from mqbench.brokers import docker, external, manage, native, native_profiles, registry
+from mqbench.brokers import registry
 from mqbench.brokers.definition import DockerHooks
-from mqbench.brokers.knobs import ErlangSchedulers, GoMaxProcs, JvmFlags, NoKnobs
+from mqbench.brokers.docker import runtime as docker
+from mqbench.brokers.resources import native_profiles
+from mqbench.brokers.resources.knobs import ErlangSchedulers, GoMaxProcs, JvmFlags, NoKnobs
+from mqbench.brokers.runtime import external, manage, native
 
 
 def test_target_names_are_unique_across_brokers() -> None:

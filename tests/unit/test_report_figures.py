@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis_fixtures import Traits, scenario_run
 
-from mqbench.analysis.load import load_run
+from mqbench.analysis.run_summaries import load_run
 from mqbench.cli.tables import summary_table
 from mqbench.report import Report, build_report
 from mqbench.report.axes import Matrix

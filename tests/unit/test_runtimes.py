@@ -9,10 +9,10 @@ import pytest
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.definitions.mosquitto import MosquittoSpec
 from mqbench.brokers.definitions.nats import NatsSpec
-from mqbench.brokers.external import ExternalRuntime
-from mqbench.brokers.native import NativeRuntime, read_tail
-from mqbench.brokers.probes import mqtt_connect_packet
-from mqbench.brokers.runtimes import DockerRuntime, get_runtime, runtime_names
+from mqbench.brokers.runtime.external import ExternalRuntime
+from mqbench.brokers.runtime.native import NativeRuntime, read_tail
+from mqbench.brokers.runtime.probes import mqtt_connect_packet
+from mqbench.brokers.runtime.registry import DockerRuntime, get_runtime, runtime_names
 from mqbench.errors import BrokerError, ScenarioError
 
 

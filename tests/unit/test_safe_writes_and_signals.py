@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis_fixtures import intended, make_cell, records, sends_ok, write_manifest
 
 from mqbench.analysis.compare import InvalidCellsError, compare_runs
-from mqbench.brokers.liveness import BrokerExit, ContainerExitWatch
-from mqbench.brokers.sampler import ResourceSampler
+from mqbench.brokers.resources.sampler import ResourceSampler
+from mqbench.brokers.runtime.liveness import BrokerExit, ContainerExitWatch
 from mqbench.cli.app import app
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import ResultsWriteError, ScenarioError

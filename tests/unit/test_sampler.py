@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mqbench.brokers.sampler import CSV_HEADER, ProcessLike, ResourceSampler, Sample
+from mqbench.brokers.resources.sampler import CSV_HEADER, ProcessLike, ResourceSampler, Sample
 
 SECOND = 1_000_000_000
 WALL0 = 1_700_000_000 * SECOND

@@ -6,8 +6,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from mqbench.records.schedule import first_seq_at_or_after, intended_ns, intended_ns_array
-from mqbench.workload.schedule import InterleavedSchedule, PublishLoop, WakeMargin
+from mqbench.records.intended import first_seq_at_or_after, intended_ns, intended_ns_array
+from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop, WakeMargin
 
 START = 1_800_000_000_000_000_000
 

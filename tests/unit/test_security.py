@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from mqbench.broker.config import BrokerConfig, ClientClassifier, ClientType
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definitions.mosquitto import MosquittoSpec, password_line
 from mqbench.brokers.definitions.nats import NatsSpec
@@ -23,10 +22,11 @@ from mqbench.brokers.definitions.rabbitmq import RabbitMqSpec
 from mqbench.brokers.definitions.redis import RedisSpec
 from mqbench.brokers.definitions.tbmq_style import TbmqStyleSpec
 from mqbench.brokers.definitions.zenoh import ZenohSpec
-from mqbench.brokers.docker import DockerRuntime
-from mqbench.brokers.native import NativeRuntime
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec
-from mqbench.brokers.tls_material import TlsMaterial, generate
+from mqbench.brokers.docker.runtime import DockerRuntime
+from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec
+from mqbench.brokers.security.tls_material import TlsMaterial, generate
+from mqbench.builtin_broker.config import BrokerConfig, ClientClassifier, ClientType
 from mqbench.errors import BrokerError, ScenarioError, TransportError
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand

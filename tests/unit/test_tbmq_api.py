@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mqbench.brokers.tbmq_api import (
+from mqbench.brokers.services.tbmq_api import (
     MqttCredential,
     bootstrap_credentials,
     health_status,

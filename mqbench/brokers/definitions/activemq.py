@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.knobs import JvmFlags
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
-from mqbench.brokers.probes import mqtt_probe
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.resources.knobs import JvmFlags
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
+from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")

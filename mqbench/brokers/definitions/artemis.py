@@ -3,7 +3,7 @@
 Maven Central serves Artemis's modules (``org.apache.artemis``; the groupId changed from
 ``org.apache.activemq`` at 2.50.0) but not the ``apache-artemis`` binary distribution, so
 mqbench embeds the server: ``artemis-server`` + ``artemis-mqtt-protocol`` (and
-``slf4j-simple`` for a log) started by ``mqbench/brokers/java/ArtemisLauncher.java``
+``slf4j-simple`` for a log) started by ``mqbench/brokers/java/launchers/ArtemisLauncher.java``
 (``EmbeddedActiveMQ`` with a ``broker.xml``). See docs/brokers.md.
 
 ``broker.xml`` (in the work directory): persistence off, security off (anonymous clients),
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.jvm import MavenJvmSpec, check_heap, check_well_formed
-from mqbench.brokers.knobs import JvmFlags
-from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.native_spec import LaunchPlan, merged_options
-from mqbench.brokers.probes import mqtt_probe
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.java.jvm import MavenJvmSpec, check_heap, check_well_formed
+from mqbench.brokers.java.maven import Artifact, JavaDistribution
+from mqbench.brokers.resources.knobs import JvmFlags
+from mqbench.brokers.runtime.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.runtime.probes import mqtt_probe
 
 ARTEMIS_VERSION = "2.55.0"
 """Newest release whose MQTT module Maven Central serves here (2.56.0's server jar resolves,

@@ -7,8 +7,8 @@ resource profile sets in the compose file (docs/docker.md).
 
 from __future__ import annotations
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
+from mqbench.brokers.docker.compose import ComposeEntry
 
 DEFINITION = BrokerDefinition(
     "emqx",

@@ -1,8 +1,8 @@
 """HiveMQ Community Edition as a native process: the embedded edition from Maven Central.
 
 ``com.hivemq:hivemq-community-edition-embedded`` is started by
-``mqbench/brokers/java/HiveMQLauncher.java`` (``EmbeddedHiveMQ.builder()`` with config, data
-and extensions folders in the work directory). See docs/brokers.md.
+``mqbench/brokers/java/launchers/HiveMQLauncher.java`` (``EmbeddedHiveMQ.builder()`` with
+config, data and extensions folders in the work directory). See docs/brokers.md.
 
 ``conf/config.xml``: one ``tcp-listener`` on 127.0.0.1:<port>; anonymous usage statistics
 OFF (on by default: HiveMQ would report to its vendor over the internet); in-memory
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.jvm import MavenJvmSpec, check_heap, check_well_formed
-from mqbench.brokers.knobs import JvmFlags
-from mqbench.brokers.maven import Artifact, JavaDistribution
-from mqbench.brokers.native_spec import LaunchPlan, merged_options
-from mqbench.brokers.probes import mqtt_probe
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.java.jvm import MavenJvmSpec, check_heap, check_well_formed
+from mqbench.brokers.java.maven import Artifact, JavaDistribution
+from mqbench.brokers.resources.knobs import JvmFlags
+from mqbench.brokers.runtime.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
 HIVEMQ_VERSION = "2025.5"

@@ -28,19 +28,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
-from mqbench.brokers.compose import ComposeEntry
-from mqbench.brokers.container_security import SecuredContainer, mosquitto_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.mounts import NATIVE, Mounts
-from mqbench.brokers.native_spec import (
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.docker.security import SecuredContainer, mosquitto_healthcheck
+from mqbench.brokers.runtime.mounts import NATIVE, Mounts
+from mqbench.brokers.runtime.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
     first_match,
     merged_options,
     run_for_output,
 )
-from mqbench.brokers.probes import mqtt_probe
-from mqbench.brokers.secured import private_file, tls_probe_context
+from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.security.secured import private_file, tls_probe_context
 
 DEFAULTS: dict[str, Any] = {
     "max_queued_messages": 100000,

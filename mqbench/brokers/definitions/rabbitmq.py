@@ -37,15 +37,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from mqbench.brokers.base import BrokerSecurity
-from mqbench.brokers.compose import ComposeEntry
-from mqbench.brokers.container_security import SecuredContainer, rabbitmq_healthcheck
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.knobs import ErlangSchedulers
-from mqbench.brokers.mounts import NATIVE, Mounts
-from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
-from mqbench.brokers.net import free_port
-from mqbench.brokers.probes import amqp_probe, mqtt_probe
-from mqbench.brokers.secured import private_file, tls_probe_context
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.docker.security import SecuredContainer, rabbitmq_healthcheck
+from mqbench.brokers.resources.knobs import ErlangSchedulers
+from mqbench.brokers.runtime.mounts import NATIVE, Mounts
+from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan, merged_options
+from mqbench.brokers.runtime.net import free_port
+from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe
+from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {

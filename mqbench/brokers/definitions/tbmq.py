@@ -8,7 +8,7 @@ Besides ``compose up``, the docker runtime runs this target's hooks (``TbmqHooks
   otherwise every client connects without credentials as a DEVICE client;
 - once the project is healthy, the hook waits until ``/actuator/health`` says UP on the
   published HTTP port and creates the credentials over the REST API
-  (``mqbench/brokers/tbmq_api.py``); the manifest records the user names and client types.
+  (``mqbench/brokers/services/tbmq_api.py``); the manifest records the user names and client types.
 
 docs/docker.md (TBMQ) explains why.
 """
@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import (
     BrokerDefinition,
     ComposeStarted,
     DockerHooks,
     TargetDefinition,
 )
-from mqbench.brokers.tbmq_api import MqttCredential, bootstrap_credentials, wait_for_health
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.services.tbmq_api import MqttCredential, bootstrap_credentials, wait_for_health
 from mqbench.errors import BrokerError
 
 CREDENTIALS_OPTION = "tbmq_credentials"

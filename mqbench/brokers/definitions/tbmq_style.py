@@ -1,12 +1,12 @@
 """mqbench's own TBMQ-style broker as a native process (target ``tbmq-style``).
 
-The broker runs as ``<python> -m mqbench.broker --port <port> ...`` (the interpreter that
+The broker runs as ``<python> -m mqbench.builtin_broker --port <port> ...`` (the interpreter that
 runs mqbench, so it is always "installed"); readiness is an MQTT CONNACK. Options select
 the persistence (``persistence``: memory, redis-async, redis-sync, postgres; ``app_queue``:
 memory, redis-streams) and the broker settings that change results.
 
 When the options ask for Redis or PostgreSQL and give no ``redis_url`` / ``postgres_dsn``,
-the spec starts a throwaway server (``mqbench/brokers/backing_services.py``) before the
+the spec starts a throwaway server (``mqbench/brokers/services/backing.py``) before the
 broker, and the runtime stops it after the broker (``companion_pids``), by PID.
 """
 
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from mqbench import __version__
-from mqbench.brokers.backing_services import PostgresService, RedisService
 from mqbench.brokers.base import BrokerSecurity
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.native_spec import LaunchPlan, NativeSpec, merged_options
-from mqbench.brokers.probes import mqtt_probe
-from mqbench.brokers.secured import private_file, tls_probe_context
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.security.secured import private_file, tls_probe_context
+from mqbench.brokers.services.backing import PostgresService, RedisService
 
 DEFAULTS: dict[str, Any] = {
     "persistence": "memory",
@@ -47,7 +47,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 class TbmqStyleSpec(NativeSpec):
-    """``python -m mqbench.broker`` plus the Redis/PostgreSQL it needs (module docstring)."""
+    """``python -m mqbench.builtin_broker`` plus the Redis/PostgreSQL it needs (see module)."""
 
     option_defaults = DEFAULTS
     name = "tbmq-style"
@@ -134,7 +134,7 @@ class TbmqStyleSpec(NativeSpec):
                 service.stop()
             raise
         argv = [
-            str(binary), "-m", "mqbench.broker", "--host", host, "--port", str(port),
+            str(binary), "-m", "mqbench.builtin_broker", "--host", host, "--port", str(port),
             "--persistence", persistence, "--app-queue", app_queue,
             "--messages-limit", str(int(opts["messages_limit"])),
             "--message-ttl", str(int(opts["message_ttl"])),

@@ -1,6 +1,6 @@
 """The Zenoh router as a native process, hosted by the PyPI package ``eclipse-zenoh``.
 
-There is no ``zenohd`` binary here: ``python -m mqbench.brokers.zenoh_router`` opens a
+There is no ``zenohd`` binary here: ``python -m mqbench.brokers.services.zenoh_router`` opens a
 session in ``router`` mode (see that module). The "binary" is therefore the running Python
 interpreter, available when ``import zenoh`` works in it.
 
@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
-from mqbench.brokers.compose import ComposeEntry
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
-from mqbench.brokers.mounts import NATIVE, Mounts
-from mqbench.brokers.native_spec import ConfiguredSpec, LaunchPlan, merged_options
-from mqbench.brokers.net import tcp_connect
-from mqbench.brokers.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
+from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.runtime.mounts import NATIVE, Mounts
+from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan, merged_options
+from mqbench.brokers.runtime.net import tcp_connect
+from mqbench.brokers.services.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 from mqbench.errors import BrokerError
 
 DEFAULTS: dict[str, Any] = {
@@ -69,7 +69,7 @@ class ZenohSpec(ConfiguredSpec):
         security: BrokerSecurity | None,
         mounts: Mounts = NATIVE,
     ) -> LaunchPlan:
-        """Plain: Return ``python -m mqbench.brokers.zenoh_router --listen tcp/HOST:PORT ...``.
+        """Plain: ``python -m mqbench.brokers.services.zenoh_router --listen tcp/HOST:PORT ...``.
         The effective settings are also written to ``zenoh-router.json5`` for the record.
         Secured: A ``tls/HOST:PORT`` listener with the run's server certificate (and, when
         client certificates are required, mTLS with the run's CA); users are refused."""
@@ -86,7 +86,7 @@ class ZenohSpec(ConfiguredSpec):
         argv = [
             str(binary),
             "-m",
-            "mqbench.brokers.zenoh_router",
+            "mqbench.brokers.services.zenoh_router",
             "--listen",
             listen,
             "--max-sessions",
@@ -182,9 +182,10 @@ DEFINITION = BrokerDefinition(
             compose=ComposeEntry("zenoh.yaml", "zenoh"),
             docker_security_gap=(
                 "the zenoh image runs zenohd, not the router mqbench configures natively "
-                "(mqbench/brokers/zenoh_router.py), so the native TLS config does not apply"
+                "(mqbench/brokers/services/zenoh_router.py), so the native TLS config does "
+                "not apply"
             ),
         ),
     ),
 )
-"""The Zenoh router (``mqbench/brokers/zenoh_router.py`` hosts it natively)."""
+"""The Zenoh router (``mqbench/brokers/services/zenoh_router.py`` hosts it natively)."""

@@ -1,8 +1,0 @@
-"""``python -m mqbench.broker [OPTIONS]``: same as ``mqbench broker serve``."""
-
-from __future__ import annotations
-
-from mqbench.cli.broker_cmd import main
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,1 @@
+"""The docker runtime: compose projects, container security, container stats."""

@@ -1,0 +1,792 @@
+"""The docker runtime: each broker as a ``docker compose`` project from ``compose/``.
+
+``DockerRuntime.start``:
+
+1. checks the runtime is usable (docker CLI, compose plugin, an engine answering
+   ``docker info``) and explains what is missing otherwise;
+2. takes the target's compose entry from its definition (``registry.py``), resolves the
+   resource profile (``options["resources"]`` or ``options["profile"]``,
+   default ``2cpu-4g``; ``mqbench/brokers/resources/profiles.py``) and picks host ports (the
+   request's port, else free ports) bound to the request's loopback address;
+3. runs ``docker compose -p mqbench-<target>-<id> -f compose/<file> pull`` and then
+   ``up -d --wait --wait-timeout <s>``, so it returns only when every healthcheck passes
+   (the timeout is the request's, raised to a per-target floor for slow first boots);
+4. runs the target's docker hooks, if its definition has any (TBMQ waits for
+   ``/actuator/health`` and creates MQTT credentials: ``definitions/tbmq.py``);
+5. reads the project's containers through the Docker SDK (image digests into ``info``, the
+   manifest) and hands back a ``DockerBroker`` whose ``resource_source()`` samples the
+   containers' stats at 1 Hz (``docker_stats.py``).
+
+Whatever fails, ``docker compose down -v --remove-orphans`` removes the project's
+containers, networks and volumes before ``BrokerError`` is raised; the message says what
+failed (no engine, pull failure, unhealthy container with its last log lines, port taken).
+
+``DOCKER_HOST`` is honoured (the CLI and the SDK both read it). With a remote engine the
+broker's ports are published on *that* machine, so clients must connect to its address;
+mqbench's scenarios only allow loopback hosts, so a remote engine needs an explicit
+``bind`` option (e.g. ``0.0.0.0``) and is meant for ``mqbench brokers up`` and external
+runs; see docs/docker.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from mqbench.brokers.base import Availability, BrokerSecurity, StartRequest
+from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
+from mqbench.brokers.docker.compose import ComposeEntry, compose_dir, load_compose, service_images
+from mqbench.brokers.docker.security import (
+    MOUNT_PRIVATE,
+    MOUNT_WORK,
+    StagedConfig,
+    secured_service,
+    stage_secured,
+)
+from mqbench.brokers.docker.stats import (
+    ContainerRef,
+    ContainerStatsSource,
+    sdk_stats_reader,
+)
+from mqbench.brokers.registry import compose_entry, docker_option_owners, get_definition
+from mqbench.brokers.resources.profiles import Profile, get_profile
+from mqbench.brokers.runtime.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
+from mqbench.brokers.runtime.native_spec import ReadyCheck
+from mqbench.brokers.runtime.net import free_port, is_loopback, port_in_use
+from mqbench.endpoint import Endpoint
+from mqbench.errors import BrokerError
+
+CHECK_TIMEOUT_S = 10.0
+"""Timeout of ``docker info`` / ``docker compose version``."""
+PULL_TIMEOUT_S = 1800.0
+"""Image pulls may take long on a slow link (TBMQ's images are ~1 GB together)."""
+UP_GRACE_S = 60.0
+"""Extra time the ``up`` subprocess gets beyond ``--wait-timeout`` (create, network, build)."""
+BUILD_GRACE_S = 900.0
+"""Extra time for targets whose image is built locally (tbmq-style)."""
+DOWN_TIMEOUT_S = 120.0
+"""How long ``docker compose down`` may take."""
+STOP_GRACE_S = 10
+"""Seconds containers get between SIGTERM and SIGKILL on ``down``."""
+TAIL_LINES_ON_ERROR = 15
+RUNTIME_OPTIONS = frozenset({"resources", "profile", "bind"})
+"""Options the docker runtime understands for every target (``StartRequest.options``); a
+target's docker hooks may add their own (``DockerHooks.options``)."""
+
+
+def known_options() -> frozenset[str]:
+    """Every docker runtime option: the runtime's own and those of every target's hooks."""
+    return RUNTIME_OPTIONS | frozenset(docker_option_owners())
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-n:])
+
+
+def engine_remote_host(env: Mapping[str, str]) -> str | None:
+    """The engine's host name when ``DOCKER_HOST`` points at another machine, else None."""
+    raw = env.get("DOCKER_HOST", "").strip()
+    if not raw or raw.startswith(("unix://", "npipe://", "fd://")):
+        return None
+    host = urlparse(raw).hostname
+    if not host or host == "localhost":
+        return None
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    return host
+
+
+class DockerCli:
+    """Runs ``docker`` commands as subprocesses with timeouts (found on ``PATH`` per call)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        """Use ``env`` for lookups and child processes (default: ``os.environ`` at call time)."""
+        self._env = env
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment children get."""
+        return dict(os.environ if self._env is None else self._env)
+
+    def binary(self) -> str | None:
+        """Path of the docker CLI, or None."""
+        return shutil.which("docker", path=self.env.get("PATH"))
+
+    def run(
+        self, args: list[str], timeout_s: float, extra_env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``docker <args>``; ``BrokerError`` when the CLI is missing or it times out."""
+        docker = self.binary()
+        if docker is None:
+            raise BrokerError("the docker CLI is not installed")
+        env = self.env
+        env.update(extra_env or {})
+        try:
+            return subprocess.run(
+                [docker, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BrokerError(
+                f"`docker {' '.join(args[:4])}` did not finish within {timeout_s:g} s"
+            ) from exc
+        except OSError as exc:
+            raise BrokerError(f"cannot run {docker}: {exc}") from exc
+
+
+@dataclass
+class ComposeProject:
+    """One compose project: its name, file and the variables it was started with."""
+
+    name: str
+    file: Path
+    variables: dict[str, str] = field(default_factory=dict)
+    cli: DockerCli = field(default_factory=DockerCli)
+
+    def _base(self) -> list[str]:
+        return ["compose", "-p", self.name, "-f", str(self.file)]
+
+    def run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        """``docker compose -p <name> -f <file> <args>`` with the project's variables."""
+        return self.cli.run([*self._base(), *args], timeout_s, self.variables)
+
+    def down(self) -> subprocess.CompletedProcess[str]:
+        """Remove containers, networks, volumes and orphans of the project."""
+        return self.run(
+            ["down", "-v", "--remove-orphans", "--timeout", str(STOP_GRACE_S)], DOWN_TIMEOUT_S
+        )
+
+    def logs(self, lines: int, services: list[str] | None = None) -> str:
+        """The last ``lines`` log lines per service ('' when they cannot be read)."""
+        try:
+            proc = self.run(
+                ["logs", "--no-color", "--tail", str(lines), *(services or [])], CHECK_TIMEOUT_S
+            )
+        except BrokerError:
+            return ""
+        return proc.stdout.rstrip("\n")
+
+    def ps(self) -> list[dict[str, Any]]:
+        """``docker compose ps -a --format json`` as a list (both JSON shapes compose emits)."""
+        try:
+            proc = self.run(["ps", "-a", "--format", "json"], CHECK_TIMEOUT_S)
+        except BrokerError:
+            return []
+        if proc.returncode != 0:
+            return []
+        return parse_ps_json(proc.stdout)
+
+
+def parse_ps_json(text: str) -> list[dict[str, Any]]:
+    """Parse ``compose ps --format json``: a JSON array (old) or one object per line (new)."""
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, list):
+        return [d for d in data if isinstance(d, dict)]
+    if isinstance(data, dict):
+        return [data]
+    rows: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            item = json.loads(line)
+            if isinstance(item, dict):
+                rows.append(item)
+    return rows
+
+
+def failed_services(ps_rows: list[dict[str, Any]]) -> list[str]:
+    """Services that are unhealthy, exited or dead (from ``parse_ps_json`` rows)."""
+    bad: list[str] = []
+    for row in ps_rows:
+        health = str(row.get("Health", "")).lower()
+        state = str(row.get("State", "")).lower()
+        if health == "unhealthy" or state in ("exited", "dead", "restarting"):
+            service = str(row.get("Service") or row.get("Name") or "?")
+            if service not in bad:
+                bad.append(service)
+    return bad
+
+
+_PORT_TAKEN = re.compile(r"port is already allocated|address already in use", re.IGNORECASE)
+_PULL_FAILED = re.compile(
+    r"pull access denied|manifest unknown|manifest for .* not found|failed to resolve reference"
+    r"|repository does not exist|no such host|toomanyrequests|unauthorized",
+    re.IGNORECASE,
+)
+
+
+class DockerBroker:
+    """A broker running as a compose project (implements ``RunningBroker``)."""
+
+    def __init__(
+        self,
+        project: ComposeProject,
+        endpoint: Endpoint,
+        info: dict[str, Any],
+        containers: list[ContainerRef],
+        stats_reader: Callable[[str], Mapping[str, Any]] | None,
+        inspect: ContainerInspector | None = None,
+    ) -> None:
+        """Wrap a started project; ``containers`` are sampled through ``stats_reader`` and
+        watched for exits through ``inspect`` (``APIClient.inspect_container``)."""
+        self.project = project
+        self._endpoint = endpoint
+        self._info = info
+        self.containers = containers
+        self._stats_reader = stats_reader
+        self._inspect = inspect
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._watch: ContainerExitWatch | None = None
+
+    def watch_exit(self, on_exit: ExitCallback) -> None:
+        """Call ``on_exit`` when a container of the project stops before ``stop()``."""
+        if self._inspect is None or not self.containers or self._watch is not None:
+            return
+        pairs = [(c.id, c.pid) for c in self.containers]
+        self._watch = ContainerExitWatch(pairs, self._inspect, on_exit)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where clients connect."""
+        return self._endpoint
+
+    @property
+    def pids(self) -> list[int]:
+        """Empty: containers are sampled through the Docker stats API, not psutil."""
+        return []
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Manifest facts: images and digests, profile, ports, project, engine."""
+        return dict(self._info)
+
+    def resource_source(self) -> ContainerStatsSource | None:
+        """Rows for ``resources.csv``: ``broker`` (summed) and ``broker:<service>``."""
+        if self._stats_reader is None or not self.containers:
+            return None
+        return ContainerStatsSource(self.containers, self._stats_reader)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of every service's log."""
+        return self.project.logs(lines)
+
+    def stop(self) -> None:
+        """``docker compose down -v --remove-orphans``; idempotent; never raises."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            if self._watch is not None:
+                self._watch.cancel()
+            try:
+                proc = self.project.down()
+                self._info["down_exit_code"] = proc.returncode
+                if proc.returncode != 0:
+                    self._info["down_error"] = _last_lines(proc.stderr)
+            except Exception as exc:  # stop() must never raise
+                self._info["down_error"] = str(exc)
+
+    def __enter__(self) -> DockerBroker:
+        """Use as a context manager that stops the project on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the project."""
+        self.stop()
+
+
+def _sdk_client(env: Mapping[str, str]) -> Any:
+    import docker  # the Docker SDK; imported here so the module loads without it
+
+    return docker.from_env(environment=dict(env), timeout=int(CHECK_TIMEOUT_S))
+
+
+class DockerRuntime:
+    """Runs brokers as compose projects (implements ``Runtime``)."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        client_factory: Callable[[Mapping[str, str]], Any] = _sdk_client,
+        compose_folder: Path | None = None,
+        wait_ready: ReadyWait | None = None,
+    ) -> None:
+        """``env`` (default ``os.environ``), the SDK client factory, the compose folder and
+        the host-side readiness wait of secured brokers are injectable so tests can use a
+        fake CLI and a fake SDK."""
+        self.cli = DockerCli(env)
+        self._client_factory = client_factory
+        self._compose_folder = compose_folder
+        self._wait_ready = wait_ready or wait_until_ready
+        self._engine: tuple[str | None, dict[str, str]] | None = None
+
+    @property
+    def folder(self) -> Path:
+        """The folder holding the compose files."""
+        return self._compose_folder or compose_dir()
+
+    def engine_problem(self) -> str | None:
+        """None when CLI, compose plugin and engine work; otherwise what is missing (cached)."""
+        if self._engine is None:
+            self._engine = self._check_engine()
+        return self._engine[0]
+
+    def _check_engine(self) -> tuple[str | None, dict[str, str]]:
+        facts: dict[str, str] = {}
+        if self.cli.binary() is None:
+            return (
+                "the docker CLI is not installed (install Docker Engine and the compose "
+                "plugin: https://docs.docker.com/engine/install/)",
+                facts,
+            )
+        try:
+            compose = self.cli.run(["compose", "version", "--short"], CHECK_TIMEOUT_S)
+        except BrokerError as exc:
+            return f"`docker compose version` failed: {exc}", facts
+        if compose.returncode != 0:
+            detail = _first_line(compose.stderr) or _first_line(compose.stdout)
+            return (
+                "the docker compose plugin is missing (`docker compose version` failed: "
+                f"{detail or 'exit ' + str(compose.returncode)}); install the "
+                "docker-compose-plugin package (Compose v2)",
+                facts,
+            )
+        facts["compose_version"] = compose.stdout.strip()
+        where = self.cli.env.get("DOCKER_HOST") or "the local socket"
+        try:
+            info = self.cli.run(["info", "--format", "{{.ServerVersion}}"], CHECK_TIMEOUT_S)
+        except BrokerError as exc:
+            return f"no Docker engine answers at {where} ({exc})", facts
+        if info.returncode != 0 or not info.stdout.strip():
+            detail = _last_lines(info.stderr, 1) or f"exit {info.returncode}"
+            return f"no Docker engine answers at {where}: {detail}", facts
+        facts["engine_version"] = info.stdout.strip()
+        return None, facts
+
+    def availability(self, target: str) -> Availability:
+        """Available when the target has a compose file and the engine works; else why not.
+
+        An unknown target raises ``ScenarioError``.
+        """
+        get_definition(target)
+        try:
+            ct = compose_entry(target)
+        except BrokerError as exc:
+            return Availability(False, str(exc))
+        path = ct.path(self.folder)
+        if not path.is_file():
+            return Availability(
+                False, f"compose file {path} not found (set MQBENCH_COMPOSE_DIR to the folder)"
+            )
+        problem = self.engine_problem()
+        if problem is not None:
+            return Availability(False, problem)
+        return Availability(True)
+
+    def check_options(self, target: str, options: Mapping[str, Any]) -> None:
+        """Only the docker runtime's own options (``known_options``)."""
+        known = known_options()
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise BrokerError(
+                f"unknown docker runtime option(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+
+    def check_security(self, target: str, tls: bool, auth: bool) -> None:
+        """TLS and users need the target's secured container config (its definition's
+        ``secured_container``) and an engine on this machine (the run's key and password
+        files are bind-mounted from here); otherwise one line saying why."""
+        if not (tls or auth):
+            return
+        definition = get_definition(target)
+        container = definition.secured_container
+        if container is None:
+            raise BrokerError(
+                f"the docker runtime does not configure TLS or authentication for {target}: "
+                f"{definition.docker_security_gap or 'no secured container config'}; use "
+                "runtime: native, or runtime: external with a broker you configured"
+            )
+        if definition.native is not None:
+            definition.native().check_security(tls, auth)
+        remote = engine_remote_host(self.cli.env)
+        if remote is not None:
+            raise BrokerError(
+                f"{target}: a secured broker in Docker mounts the run's key and password files "
+                f"from this machine, which the engine at {remote} (DOCKER_HOST) cannot see; "
+                "run mqbench on that machine"
+            )
+
+    def start(self, request: StartRequest) -> DockerBroker:
+        """Start the target's compose project and return once it is healthy."""
+        security = request.security
+        if security is not None:
+            self.check_security(request.target, security.tls is not None, security.auth)
+        availability = self.availability(request.target)
+        if not availability.available:
+            raise BrokerError(f"{request.target}: {availability.reason}")
+        definition = get_definition(request.target)
+        ct = compose_entry(request.target)
+        self.check_options(request.target, request.options)
+        opts = request.options
+        profile = get_profile(opts.get("resources") or opts.get("profile"))
+        hook_variables = _hook_variables(definition, opts)
+        remote = engine_remote_host(self.cli.env)
+        bind = str(opts.get("bind") or request.host)
+        if remote is not None and is_loopback(bind):
+            raise BrokerError(
+                f"DOCKER_HOST points at another machine ({remote}); ports bound to {bind} there "
+                "are unreachable from here. Pass the 'bind' option (e.g. 0.0.0.0) to publish "
+                "them on that machine's interfaces, or run the broker there and use the "
+                "external runtime through an SSH tunnel (docs/docker.md)"
+            )
+        endpoint_host = remote or request.host
+        ports = self._ports(ct, request, bind, remote)
+        project = ComposeProject(
+            f"mqbench-{request.target}-{secrets.token_hex(3)}",
+            ct.path(self.folder),
+            {
+                **profile.env(),
+                "MQBENCH_BIND": bind,
+                **{var: str(port) for var, port in ports.items()},
+            },
+            self.cli,
+        )
+        project.variables.update(hook_variables)
+        try:
+            request.workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BrokerError(
+                f"cannot create broker work directory {request.workdir}: {exc}"
+            ) from exc
+        staged: StagedConfig | None = None
+        if security is not None:
+            staged = self._stage_secured(project, definition, ct, security, request, profile)
+        resolved = self._record_files(project, request.workdir)
+        timeout_s = max(request.startup_timeout_s, ct.min_startup_s)
+        started = time.monotonic()
+        hook_facts: dict[str, Any] = {}
+        try:
+            self._pull(project, request.target)
+            self._up(project, request.target, ct, timeout_s, ports[ct.port_var], bind, resolved)
+            client = self._sdk()
+            containers, images = _containers(client, project.name)
+            if definition.docker_hooks is not None:
+                remaining = max(timeout_s - (time.monotonic() - started), 5.0)
+                hook_facts = self._after_up(
+                    project,
+                    definition.docker_hooks,
+                    ct,
+                    ComposeStarted(request.target, endpoint_host, dict(ports), opts, remaining),
+                )
+            if staged is not None:
+                remaining = max(timeout_s - (time.monotonic() - started), 5.0)
+                self._secured_ready(
+                    project, request.target, ct, staged, endpoint_host, ports, remaining
+                )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                project.down()
+            raise
+        engine = self._engine[1] if self._engine else {}
+        info: dict[str, Any] = {
+            "name": ct.service,
+            "target": request.target,
+            "runtime": self.name,
+            "project": project.name,
+            "compose_file": str(project.file),
+            "compose_sha256": hashlib.sha256(project.file.read_bytes()).hexdigest(),
+            "variables": dict(project.variables),
+            "profile": profile.describe(),
+            "host": endpoint_host,
+            "bind": bind,
+            "port": ports[ct.port_var],
+            "ports": dict(ports),
+            "docker_host": self.cli.env.get("DOCKER_HOST") or None,
+            "engine_version": engine.get("engine_version"),
+            "compose_version": engine.get("compose_version"),
+            "services": images,
+            "version": images.get(ct.service, {}).get("image"),
+            "started_ns": time.time_ns(),
+        }
+        info.update(hook_facts)
+        if security is not None and staged is not None:
+            info["security"] = security.describe()
+            info["secured_container"] = {
+                "user": staged.user,
+                "mounts": {
+                    str(MOUNT_WORK): str(staged.work),
+                    str(MOUNT_PRIVATE): f"{staged.private} (read-only)",
+                },
+                "argv": list(staged.plan.argv),
+                "healthcheck": list(staged.healthcheck),
+            }
+            info["config_path"] = (
+                staged.mounts.seen(staged.plan.config_path) if staged.plan.config_path else None
+            )
+            info["config"] = staged.plan.config_text
+            info["settings"] = dict(staged.plan.settings)
+        api = getattr(client, "api", None)
+        reader = sdk_stats_reader(api) if api is not None else None
+        inspect = getattr(api, "inspect_container", None) if api is not None else None
+        endpoint = Endpoint(endpoint_host, ports[ct.port_var])
+        return DockerBroker(project, endpoint, info, containers, reader, inspect)
+
+    @staticmethod
+    def _after_up(
+        project: ComposeProject, hooks: DockerHooks, ct: ComposeEntry, started: ComposeStarted
+    ) -> dict[str, Any]:
+        try:
+            return hooks.after_up(started)
+        except BrokerError as exc:
+            logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
+            raise BrokerError(
+                f"{started.target}: {exc}; last log lines: {logs or '(none)'}"
+            ) from exc
+
+    def _stage_secured(
+        self,
+        project: ComposeProject,
+        definition: TargetDefinition,
+        ct: ComposeEntry,
+        security: BrokerSecurity,
+        request: StartRequest,
+        profile: Profile,
+    ) -> StagedConfig:
+        """Write the secured config into the run's private directory, and the compose file
+        that mounts it into the result folder (``compose.secured.yaml``: no secret); the
+        project runs that file from now on."""
+        container = definition.secured_container
+        assert container is not None
+        stage = security.private_dir / f"docker-{project.name}"
+        try:
+            staged = stage_secured(definition, stage, security, "0.0.0.0", container.port)
+        except OSError as exc:
+            raise BrokerError(f"{request.target}: cannot write the secured config: {exc}") from exc
+        if profile.cpus is not None:
+            tuned, _ = definition.knobs.tune(request.target, staged.plan, profile, {})
+            staged = replace(staged, plan=replace(staged.plan, argv=tuned.argv))
+        document = secured_service(load_compose(project.file), ct.service, staged)
+        path = request.workdir / "compose.secured.yaml"
+        path.write_text(
+            "# written by mqbench (mqbench/brokers/docker/security.py) from "
+            f"{project.file.name}\n" + yaml.safe_dump(document, sort_keys=False),
+            encoding="utf-8",
+        )
+        if staged.plan.config_path is not None:
+            (request.workdir / f"container-{staged.plan.config_path.name}").write_text(
+                staged.plan.config_text, encoding="utf-8"
+            )
+        project.file = path
+        return staged
+
+    def _secured_ready(
+        self,
+        project: ComposeProject,
+        target: str,
+        ct: ComposeEntry,
+        staged: StagedConfig,
+        host: str,
+        ports: Mapping[str, int],
+        timeout_s: float,
+    ) -> None:
+        """The spec's own readiness probe from this machine, with the run's TLS settings,
+        on the published port: the healthcheck ran inside the container only."""
+        check = staged.plan.ready_check or staged.spec.check_ready
+        port = ports[ct.port_var]
+        if not self._wait_ready(check, host, port, timeout_s):
+            logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
+            raise BrokerError(
+                f"{target}: healthy in Docker, but the secured listener at {host}:{port} did "
+                f"not answer a TLS/login probe from here within {timeout_s:g} s; "
+                f"last log lines: {logs or '(none)'}"
+            )
+
+    def _ports(
+        self, ct: ComposeEntry, request: StartRequest, bind: str, remote: str | None
+    ) -> dict[str, int]:
+        target = get_definition(request.target)
+        ports: dict[str, int] = {}
+        if request.port is not None:
+            if remote is None and port_in_use(bind, request.port):
+                raise BrokerError(f"port {request.port} on {bind} is already in use")
+            ports[ct.port_var] = request.port
+        else:
+            ports[ct.port_var] = target.default_port if remote else free_port(bind)
+        for var, container_port in ct.extra_ports.items():
+            ports[var] = container_port if remote else free_port(bind)
+        return ports
+
+    @staticmethod
+    def _record_files(project: ComposeProject, workdir: Path) -> dict[str, Any]:
+        env = {**os.environ, **project.variables}
+        resolved = load_compose(project.file, env)
+        (workdir / "compose.env").write_text(
+            "".join(f"{k}={v}\n" for k, v in sorted(project.variables.items())),
+            encoding="utf-8",
+        )
+        (workdir / "compose.resolved.yaml").write_text(
+            yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8"
+        )
+        return resolved
+
+    @staticmethod
+    def _pull(project: ComposeProject, target: str) -> None:
+        proc = project.run(["pull", "--quiet", "--ignore-buildable"], PULL_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise BrokerError(
+                f"{target}: cannot pull the images of {project.file.name}: "
+                f"{_last_lines(proc.stderr) or 'exit ' + str(proc.returncode)}"
+            )
+
+    def _up(
+        self,
+        project: ComposeProject,
+        target: str,
+        ct: ComposeEntry,
+        timeout_s: float,
+        port: int,
+        bind: str,
+        resolved: Mapping[str, Any],
+    ) -> None:
+        builds = any(isinstance(s, Mapping) and "build" in s for s in resolved["services"].values())
+        limit = timeout_s + UP_GRACE_S + (BUILD_GRACE_S if builds else 0.0)
+        args = ["up", "-d", "--wait", "--wait-timeout", str(round(timeout_s))]
+        try:
+            proc = project.run(args, limit)
+        except BrokerError as exc:
+            logs = project.logs(TAIL_LINES_ON_ERROR)
+            raise BrokerError(f"{target}: {exc}; last log lines: {logs or '(none)'}") from exc
+        if proc.returncode == 0:
+            return
+        stderr = proc.stderr
+        if _PORT_TAKEN.search(stderr):
+            raise BrokerError(
+                f"{target}: port {port} on {bind} is already in use "
+                f"(docker: {_last_lines(stderr, 1)})"
+            )
+        if _PULL_FAILED.search(stderr):
+            raise BrokerError(f"{target}: cannot pull an image: {_last_lines(stderr, 2)}")
+        bad = failed_services(project.ps())
+        if bad:
+            logs = project.logs(TAIL_LINES_ON_ERROR, bad)
+            raise BrokerError(
+                f"{target}: service(s) {', '.join(bad)} not healthy within {timeout_s:g} s "
+                f"(docker: {_last_lines(stderr, 1) or 'exit ' + str(proc.returncode)}); "
+                f"last log lines: {logs or '(none)'}"
+            )
+        logs = project.logs(TAIL_LINES_ON_ERROR)
+        raise BrokerError(
+            f"{target}: `docker compose up` failed: "
+            f"{_last_lines(stderr) or 'exit ' + str(proc.returncode)}; "
+            f"last log lines: {logs or '(none)'}"
+        )
+
+    def _sdk(self) -> Any:
+        try:
+            return self._client_factory(self.cli.env)
+        except Exception as exc:
+            raise BrokerError(
+                f"the Docker SDK cannot reach the engine (needed for container stats): {exc}"
+            ) from exc
+
+
+ReadyWait = Callable[[ReadyCheck, str, int, float], bool]
+"""``(check, host, port, timeout_s) -> ready``: polls a readiness probe until a deadline."""
+
+READY_POLL_S = 0.5
+
+
+def wait_until_ready(check: ReadyCheck, host: str, port: int, timeout_s: float) -> bool:
+    """Call ``check`` until it answers True or ``timeout_s`` passes (bounded probes)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if check(host, port, min(remaining, 2.0)):
+            return True
+        time.sleep(min(READY_POLL_S, max(deadline - time.monotonic(), 0.0)))
+
+
+def _hook_variables(definition: TargetDefinition, options: Mapping[str, Any]) -> dict[str, str]:
+    """Refuse another target's hook options; the target's own hooks check theirs."""
+    own = definition.docker_hooks.options if definition.docker_hooks is not None else frozenset()
+    for option, owner in docker_option_owners().items():
+        if option not in own and options.get(option) is not None:
+            raise BrokerError(f"option {option!r} only applies to target {owner}")
+    if definition.docker_hooks is None:
+        return {}
+    return definition.docker_hooks.variables(options)
+
+
+def _containers(client: Any, project: str) -> tuple[list[ContainerRef], dict[str, Any]]:
+    """The project's containers (for stats) and per-service image facts (for the manifest)."""
+    try:
+        found = client.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={project}"}
+        )
+    except Exception as exc:
+        raise BrokerError(f"cannot list the containers of {project}: {exc}") from exc
+    refs: list[ContainerRef] = []
+    images: dict[str, Any] = {}
+    for container in found:
+        attrs: Mapping[str, Any] = container.attrs
+        labels: Mapping[str, str] = attrs.get("Config", {}).get("Labels") or {}
+        service = labels.get("com.docker.compose.service", str(attrs.get("Name", "?")))
+        pid = int(attrs.get("State", {}).get("Pid") or 0)
+        refs.append(ContainerRef(str(container.id), service, pid))
+        image_id = str(attrs.get("Image", ""))
+        digests: list[str] = []
+        with contextlib.suppress(Exception):
+            digests = list(client.images.get(image_id).attrs.get("RepoDigests") or [])
+        images[service] = {
+            "image": attrs.get("Config", {}).get("Image"),
+            "image_id": image_id,
+            "repo_digests": digests,
+            "container_id": str(container.id),
+        }
+    refs.sort(key=lambda r: r.service)
+    return refs, dict(sorted(images.items()))
+
+
+def compose_images(target: str, folder: Path | None = None) -> dict[str, str]:
+    """Service -> image reference of ``target``'s compose file with default variables."""
+    ct = compose_entry(target)
+    return service_images(load_compose(ct.path(folder), {}))

@@ -1,0 +1,1 @@
+"""The JVM brokers' shared parts: heap flags, Maven Central jars and compiled launchers."""

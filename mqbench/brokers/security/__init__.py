@@ -1,0 +1,1 @@
+"""The run's throwaway CA and the TLS/password helpers native specs share."""
