@@ -4,7 +4,8 @@
 # Python dependencies, then the Java brokers' jars from Maven Central (HiveMQ CE, Artemis;
 # with --dev also Hadoop's MiniDFSCluster for the HDFS tests).
 #   scripts/install.sh          runtime dependencies
-#   scripts/install.sh --dev    plus test and lint tools, and the reference toxiproxy-server
+#   scripts/install.sh --dev    plus test and lint tools, the reference toxiproxy-server, and
+#                               a Docker engine with Compose v2 (scripts/install_docker.sh)
 # Without root it installs what it can and lists what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -123,5 +124,11 @@ if ((DEV)); then
         say "WARNING: Go is missing; the compose schema tests need it (apt-get install golang)"
         say "         and the fault proxy's comparison tests with toxiproxy-server will skip"
     fi
+fi
+# Tests only: a Docker engine (started when none answers) and Compose v2 (built once from
+# the Go module proxy) for the docker runtime's tests (scripts/install_docker.sh; the
+# images those tests run are built during the test run: docs/docker.md).
+if ((DEV)); then
+    GO="${GO:-}" scripts/install_docker.sh
 fi
 say "done: $(.venv/bin/mqbench version)"

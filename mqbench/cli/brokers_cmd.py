@@ -1,4 +1,4 @@
-"""``mqbench brokers up|down|status|logs|fetch``: work with a broker by hand.
+"""``mqbench brokers up|down|status|logs|fetch|build-images``: work with a broker by hand.
 
 Each command parses its arguments, makes one call into ``mqbench/brokers/runtime/manage.py`` (which
 starts, records, stops and inspects the brokers) and prints the typed result.
@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mqbench.brokers.docker.image_engine import build_local_images
+from mqbench.brokers.docker.images import buildable_targets
 from mqbench.brokers.resources.profiles import profile_names
 from mqbench.brokers.runtime.manage import (
     broker_logs,
@@ -167,5 +169,37 @@ def logs(
     def go() -> None:
         text = broker_logs(target, runtime, lines)
         console.print(text or "(the log is empty)", markup=False)
+
+    guarded(go)
+
+
+@brokers_app.command("build-images")
+def build_images(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[TARGET]...",
+            help="Images to build (default: all): " + ", ".join(buildable_targets()) + ".",
+        ),
+    ] = None,
+) -> None:
+    """Build local broker images from Debian, Maven, PyPI and Go packages (no registry).
+
+    Each is tagged mqbench-local/<target>:<version> and labelled with the software inside;
+    up-to-date images are kept. The docker runtime runs an official image when the engine
+    has it or can pull it, else the local one (docs/docker.md).
+
+    Example: mqbench brokers build-images mosquitto nats
+    """
+
+    def go() -> None:
+        results = build_local_images(list(targets or []), lambda line: console.print(line))
+        table = Table(show_edge=False)
+        for column in ("image", "action", "seconds", "MB", "software"):
+            table.add_column(column)
+        for r in results:
+            software = ", ".join(f"{s.name} {s.version}" for s in r.software)
+            table.add_row(r.ref, r.action, f"{r.seconds:.1f}", f"{r.size / 1e6:.0f}", software)
+        console.print(table)
 
     guarded(go)

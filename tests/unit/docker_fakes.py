@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 SCRIPT = """#!{python}
@@ -151,13 +152,24 @@ class FakeContainers:
 
 
 class FakeImages:
+    """``client.images``: every image is present unless listed in ``FakeSdk.missing``."""
+
     def __init__(self, client: FakeSdk) -> None:
         self._client = client
 
     def get(self, image_id: str) -> FakeImage:
+        if not image_id.startswith("sha256:"):
+            if image_id in self._client.missing:
+                raise docker.errors.ImageNotFound(image_id)
+            image = FakeImage([])
+            image.attrs.update({"Id": f"sha256:{'cd' * 32}", "Config": {"Labels": {}}})
+            return image
         service = image_id.removeprefix("sha256:").removesuffix("0" * 10)
-        image = self._client.services[service]
-        return FakeImage([f"{image.rpartition(':')[0]}@sha256:{'ab' * 32}"])
+        image_ref = self._client.services[service]
+        return FakeImage([f"{image_ref.rpartition(':')[0]}@sha256:{'ab' * 32}"])
+
+    def list(self, filters: dict[str, str] | None = None) -> list[Any]:
+        return []
 
 
 class FakeSdk:
@@ -167,9 +179,12 @@ class FakeSdk:
         self,
         services: dict[str, str],
         stats: dict[str, list[dict[str, Any]]] | None = None,
+        missing: frozenset[str] = frozenset(),
     ) -> None:
-        """``services``: compose service -> image; ``stats``: service -> documents."""
+        """``services``: compose service -> image; ``stats``: service -> documents;
+        ``missing``: image references the engine does not have."""
         self.services = dict(services)
+        self.missing = missing
         self.list_filters: list[dict[str, str]] = []
         self.api = FakeApi({f"{svc}-cid": list(docs) for svc, docs in (stats or {}).items()})
         self.containers = FakeContainers(self)

@@ -121,7 +121,7 @@ def test_start_without_engine_raises_and_runs_no_compose(fake: FakeDocker, tmp_p
     assert fake.compose_verbs() == []
 
 
-def test_start_pulls_waits_healthy_and_records_images_profile_and_ports(
+def test_start_waits_healthy_and_records_images_profile_and_ports(
     fake: FakeDocker, tmp_path: Path
 ) -> None:
     sdk = FakeSdk(
@@ -131,17 +131,12 @@ def test_start_pulls_waits_healthy_and_records_images_profile_and_ports(
     broker = runtime(sdk).start(
         StartRequest("mosquitto", tmp_path / "w", options={"resources": "1cpu-2g"})
     )
-    pull, up = [c for c in fake.calls() if c["argv"][:2] == ["compose", "-p"]]
-    project = pull["argv"][2]
+    (up,) = [c for c in fake.calls() if c["argv"][:2] == ["compose", "-p"]]
+    project = up["argv"][2]
     assert project.startswith("mqbench-mosquitto-")
-    assert pull["argv"][3:] == [
-        "-f",
-        str(compose_dir() / "mosquitto.yaml"),
-        "pull",
-        "--quiet",
-        "--ignore-buildable",
-    ]
+    assert up["argv"][3:5] == ["-f", str(compose_dir() / "mosquitto.yaml")]
     assert up["argv"][5:] == ["up", "-d", "--wait", "--wait-timeout", "60"]
+    assert up["env"]["MQBENCH_IMAGE_MOSQUITTO"] == "eclipse-mosquitto:2.0.20"
     port = broker.endpoint.port
     assert up["env"]["MQBENCH_PORT"] == str(port)
     assert up["env"]["MQBENCH_BIND"] == "127.0.0.1"
@@ -153,6 +148,7 @@ def test_start_pulls_waits_healthy_and_records_images_profile_and_ports(
         f"eclipse-mosquitto@sha256:{'ab' * 32}"
     ]
     assert info["version"] == "eclipse-mosquitto:2.0.20"
+    assert info["images"]["mosquitto"]["kind"] == "official"
     assert info["engine_version"] == "27.3.1" and info["compose_version"] == "2.29.7"
     assert sdk.list_filters == [{"label": f"com.docker.compose.project={project}"}]
     assert (tmp_path / "w" / "compose.env").read_text().count("MQBENCH_") >= 9
@@ -195,23 +191,22 @@ def test_stop_runs_compose_down_once_and_removes_volumes_and_orphans(
     assert broker.info["down_exit_code"] == 0
 
 
-def test_image_pull_failure_is_reported_and_the_project_removed(
+def test_an_image_that_is_missing_and_cannot_be_pulled_names_the_build_command(
     fake: FakeDocker, tmp_path: Path
 ) -> None:
+    sdk = FakeSdk({}, missing=frozenset({"eclipse-mosquitto:2.0.20"}))
     fake.set_rules(
         *HEALTHY_ENGINE,
-        {
-            "match": ["compose", "pull"],
-            "stderr": " emqx Pulling\nError response from daemon: manifest for "
-            "emqx/emqx:5.8.6 not found: manifest unknown: manifest unknown\n",
-            "rc": 18,
-        },
+        {"match": ["pull"], "stderr": "Error response from daemon: no such host\n", "rc": 1},
     )
     with pytest.raises(BrokerError) as err:
-        runtime(FakeSdk({})).start(StartRequest("emqx", tmp_path / "w"))
-    assert str(err.value).startswith("emqx: cannot pull the images of emqx.yaml: ")
-    assert "manifest unknown" in str(err.value)
-    assert fake.compose_verbs() == ["pull", "down"]
+        runtime(sdk).start(StartRequest("mosquitto", tmp_path / "w"))
+    assert str(err.value) == (
+        "mosquitto: image eclipse-mosquitto:2.0.20 is not here and cannot be pulled; build "
+        "a local one with: mqbench brokers build-images mosquitto"
+    )
+    assert ["pull", "--quiet", "eclipse-mosquitto:2.0.20"] in fake.argvs()
+    assert fake.compose_verbs() == []
 
 
 def test_unhealthy_container_after_timeout_shows_its_last_log_lines(
@@ -242,7 +237,7 @@ def test_unhealthy_container_after_timeout_shows_its_last_log_lines(
     message = str(err.value)
     assert message.startswith("tbmq: service(s) tbmq not healthy within 300 s (docker: container")
     assert message.endswith("Failed to connect to kafka:9092")
-    assert fake.compose_verbs() == ["pull", "up", "ps", "logs", "down"]
+    assert fake.compose_verbs() == ["up", "ps", "logs", "down"]
     up = next(a for a in fake.argvs() if "up" in a)
     assert up[-1] == "300"  # the request's 5 s is raised to TBMQ's start-up floor
 
@@ -277,7 +272,7 @@ def test_port_allocated_by_docker_is_a_clear_message_and_cleans_up(
     )
     with pytest.raises(BrokerError, match=r"redis: port \d+ on 127.0.0.1 is already in use"):
         runtime(FakeSdk({})).start(StartRequest("redis", tmp_path / "w"))
-    assert fake.compose_verbs() == ["pull", "up", "down"]
+    assert fake.compose_verbs() == ["up", "down"]
 
 
 def test_tbmq_waits_for_health_and_turns_basic_auth_off_by_default(

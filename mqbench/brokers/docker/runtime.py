@@ -8,9 +8,13 @@
    resource profile (``options["resources"]`` or ``options["profile"]``,
    default ``2cpu-4g``; ``mqbench/brokers/resources/profiles.py``) and picks host ports (the
    request's port, else free ports) bound to the request's loopback address;
-3. runs ``docker compose -p mqbench-<target>-<id> -f compose/<file> pull`` and then
-   ``up -d --wait --wait-timeout <s>``, so it returns only when every healthcheck passes
-   (the timeout is the request's, raised to a per-target floor for slow first boots);
+3. chooses each service's image (``images.py``: the official image when the engine has it
+   or can pull it, else the locally built stand-in, recorded as such; one line naming
+   ``mqbench brokers build-images`` when neither exists), passes the choice as the
+   service's ``MQBENCH_IMAGE_<SERVICE>`` variable, and runs
+   ``docker compose -p mqbench-<target>-<id> -f compose/<file> up -d --wait --wait-timeout <s>``,
+   so it returns only when every healthcheck passes (the timeout is the request's, raised
+   to a per-target floor for slow first boots);
 4. runs the target's docker hooks, if its definition has any (TBMQ waits for
    ``/actuator/health`` and creates MQTT credentials: ``definitions/tbmq.py``);
 5. reads the project's containers through the Docker SDK (image digests into ``info``, the
@@ -52,6 +56,8 @@ import yaml
 from mqbench.brokers.base import Availability, BrokerSecurity, StartRequest
 from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry, compose_dir, load_compose, service_images
+from mqbench.brokers.docker.image_engine import SdkEngine
+from mqbench.brokers.docker.images import ImageEngine, ImageSelector, choose_images, image_policy
 from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
     MOUNT_WORK,
@@ -74,8 +80,6 @@ from mqbench.errors import BrokerError
 
 CHECK_TIMEOUT_S = 10.0
 """Timeout of ``docker info`` / ``docker compose version``."""
-PULL_TIMEOUT_S = 1800.0
-"""Image pulls may take long on a slow link (TBMQ's images are ~1 GB together)."""
 UP_GRACE_S = 60.0
 """Extra time the ``up`` subprocess gets beyond ``--wait-timeout`` (create, network, build)."""
 BUILD_GRACE_S = 900.0
@@ -346,15 +350,20 @@ class DockerRuntime:
         client_factory: Callable[[Mapping[str, str]], Any] = _sdk_client,
         compose_folder: Path | None = None,
         wait_ready: ReadyWait | None = None,
+        image_engine: Callable[[Any], ImageEngine] | None = None,
     ) -> None:
-        """``env`` (default ``os.environ``), the SDK client factory, the compose folder and
-        the host-side readiness wait of secured brokers are injectable so tests can use a
-        fake CLI and a fake SDK."""
+        """``env`` (default ``os.environ``), the SDK client factory, the compose folder,
+        the host-side readiness wait of secured brokers and the image engine (made from the
+        SDK client) are injectable so tests can use a fake CLI and a fake SDK."""
         self.cli = DockerCli(env)
         self._client_factory = client_factory
+        self._image_engine = image_engine or self._sdk_images
         self._compose_folder = compose_folder
         self._wait_ready = wait_ready or wait_until_ready
         self._engine: tuple[str | None, dict[str, str]] | None = None
+
+    def _sdk_images(self, sdk: Any) -> ImageEngine:
+        return SdkEngine(self.cli.env, client=sdk, cli=self.cli.run)
 
     @property
     def folder(self) -> Path:
@@ -489,6 +498,7 @@ class DockerRuntime:
             self.cli,
         )
         project.variables.update(hook_variables)
+        image_choices = self._choose_images(project, request.target)
         try:
             request.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -503,7 +513,6 @@ class DockerRuntime:
         started = time.monotonic()
         hook_facts: dict[str, Any] = {}
         try:
-            self._pull(project, request.target)
             self._up(project, request.target, ct, timeout_s, ports[ct.port_var], bind, resolved)
             client = self._sdk()
             containers, images = _containers(client, project.name)
@@ -542,6 +551,7 @@ class DockerRuntime:
             "engine_version": engine.get("engine_version"),
             "compose_version": engine.get("compose_version"),
             "services": images,
+            "images": image_choices,
             "version": images.get(ct.service, {}).get("image"),
             "started_ns": time.time_ns(),
         }
@@ -666,14 +676,35 @@ class DockerRuntime:
         )
         return resolved
 
-    @staticmethod
-    def _pull(project: ComposeProject, target: str) -> None:
-        proc = project.run(["pull", "--quiet", "--ignore-buildable"], PULL_TIMEOUT_S)
-        if proc.returncode != 0:
-            raise BrokerError(
-                f"{target}: cannot pull the images of {project.file.name}: "
-                f"{_last_lines(proc.stderr) or 'exit ' + str(proc.returncode)}"
+    def _choose_images(self, project: ComposeProject, target: str) -> dict[str, Any]:
+        """Pick every service's image (``images.py``), set its ``MQBENCH_IMAGE_*`` variable
+        and return the manifest facts; a service with a ``build`` section whose image is
+        nowhere is left to ``compose up`` to build."""
+        document = load_compose(project.file, {**self.cli.env, **project.variables})
+        wanted = service_images(document)
+        buildable = {
+            name
+            for name, spec in document["services"].items()
+            if isinstance(spec, Mapping) and "build" in spec
+        }
+        selector = ImageSelector(self._image_engine(self._sdk()), image_policy(self.cli.env))
+        try:
+            variables, choices = choose_images(
+                {s: ref for s, ref in wanted.items() if s not in buildable}, selector
             )
+        except BrokerError as exc:
+            raise BrokerError(f"{target}: {exc}") from exc
+        facts = {service: choice.describe() for service, choice in choices.items()}
+        for service in sorted(buildable):
+            try:
+                choice = selector.choose(service, wanted[service])
+            except BrokerError:
+                facts[service] = {"requested": wanted[service], "kind": "compose-build"}
+                continue
+            variables[choice.variable] = choice.ref
+            facts[service] = choice.describe()
+        project.variables.update(variables)
+        return facts
 
     def _up(
         self,

