@@ -60,7 +60,7 @@ class ComposeRun:
             "services": {
                 service: {
                     "ulimits": {"nofile": {"soft": limit, "hard": limit}},
-                    "labels": {TEST_LABEL: "test_docker_images"},
+                    "labels": {TEST_LABEL: "test_docker_local_images"},
                 }
             }
         }
