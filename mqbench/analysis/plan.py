@@ -26,6 +26,7 @@ from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 from mqbench.records.integrity import RecordFileCheck, check_record_file
 from mqbench.records.intended import intended_ns
+from mqbench.records.timing import WakeupFloor
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
 """Records per task (24 MiB): small enough that every core gets work, big enough for numpy."""
@@ -85,6 +86,8 @@ class CellPlan:
     """How long subscribers listened after the window (``drain_s``)."""
     drain_end_ns: int | None = None
     """When subscribers stopped listening (the ``drain_finished`` event), if recorded."""
+    wakeup_floor: WakeupFloor | None = None
+    """The machine's wake-up floor under the workers' policy (``cells[].timing``)."""
 
     @property
     def window_ns(self) -> int:
@@ -306,6 +309,7 @@ def plan_cell(
         latency_error_ms=_latency_error_ms(entry),
         drain_ns=drain_ns,
         drain_end_ns=_drain_end(folder),
+        wakeup_floor=entry.timing.wakeup_floor if entry.timing is not None else None,
     )
 
 

@@ -314,7 +314,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
     res = resource_stats(plan.folder / "resources.csv", plan.win_start, plan.win_end)
     send_lag = LatencyStats.from_hist(agg.hist_lag)
     latency = LatencyStats.from_hist(agg.hist_intended)
-    latency_verdict = judge_latency(latency, send_lag)
+    latency_verdict = judge_latency(latency, send_lag, plan.wakeup_floor)
     reasons = generator_reasons(
         plan.generator, plan.scheduled, agg.sent + agg.send_failed, send_lag
     )

@@ -175,6 +175,28 @@ class CeilingResult(_Model):
     reason: str | None = None
 
 
+class WakeupFigures(_Model):
+    """Wake-up lateness percentiles of one policy (µs), from the floor probe."""
+
+    p50_us: float
+    p99_us: float
+    p999_us: float
+    max_us: float
+    samples: int
+
+
+class WakeupResult(_Model):
+    """The machine's wake-up floor under one scheduling policy (``calibration/wakeup.py``)."""
+
+    policy: str
+    """``other``, ``other+slack``, ``other+dma``, ``fifo``, ``fifo+dma``, ``fifo+dma+slack``."""
+    interval_us: int
+    measured_utc: str
+    figures: WakeupFigures | None
+    reason: str | None = None
+    """Why it was not measured (e.g. no permission for SCHED_FIFO)."""
+
+
 class Settings(_Model):
     """How the calibration cells were run."""
 
@@ -207,6 +229,8 @@ class Calibration(_Model):
     """By target."""
     ceilings: dict[str, CeilingResult] = Field(default_factory=dict)
     """By client name (the lean clients are named after their protocol)."""
+    wakeup: dict[str, WakeupResult] = Field(default_factory=dict)
+    """The machine's wake-up floor, by policy name (empty in files older than the probe)."""
 
     def merged_into(self, older: Calibration | None) -> Calibration:
         """This calibration plus the entries of ``older`` it did not re-measure.
@@ -222,5 +246,6 @@ class Calibration(_Model):
                 "floors": {**older.floors, **self.floors},
                 "brokers": {**older.brokers, **self.brokers},
                 "ceilings": {**older.ceilings, **self.ceilings},
+                "wakeup": {**older.wakeup, **self.wakeup},
             }
         )

@@ -34,6 +34,7 @@ from mqbench.calibration.model import (
 )
 from mqbench.calibration.relay_process import RelayProcess
 from mqbench.calibration.relays import RELAY_PROTOCOLS
+from mqbench.calibration.wakeup import wakeup_results
 from mqbench.calibration.zenoh_peer import CLIENT as ZENOH_PEER_CLIENT
 from mqbench.errors import MqbenchError
 from mqbench.workload.run import RunInterrupted
@@ -55,6 +56,8 @@ PATHS: dict[str, str] = {
     "zenoh": "zenoh peer to peer (lean client in peer mode, discovery peer)",
 }
 DEFAULT_PATH = "relay process on 127.0.0.1"
+WAKEUP_PROBE_MAX_S = 3.0
+"""The wake-up floor is probed for ``--duration`` per policy, at most this long."""
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,7 @@ def calibrate(
     brokers: dict[str, BrokerResult] = {}
     ceilings: dict[str, CeilingResult] = {}
     t0 = time.monotonic()
+    wakeup = wakeup_results(min(request.settings.duration_s, WAKEUP_PROBE_MAX_S), progress)
     with tempfile.TemporaryDirectory(prefix="mqbench-calibrate-", dir=work_root) as tmp:
         calibrator = _Calibrator(request, Path(tmp), progress)
         for protocol in request.protocols:
@@ -283,4 +287,5 @@ def calibrate(
         floors=floors,
         brokers=brokers,
         ceilings=ceilings,
+        wakeup=wakeup,
     )

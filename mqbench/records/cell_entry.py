@@ -19,6 +19,7 @@ from mqbench.errors import ResultsError
 from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.intended import measured_window
+from mqbench.records.timing import TimingEntry
 from mqbench.records.worker_stats import WorkerStats
 
 CELL_ENTRY_VERSION: Final = SCHEMA_VERSION
@@ -285,6 +286,9 @@ class CellEntry:
     finished_ns: int | None = None
     clocks: GeneratorClocks | None = None
     """Clock offsets of the load tasks (distributed load only, docs/distributed.md)."""
+    timing: TimingEntry | None = None
+    """How the workers were scheduled, on which CPUs, and the wake-up floor they had
+    (``generator.realtime``, docs/results.md)."""
 
     @property
     def analysable(self) -> bool:
@@ -309,7 +313,13 @@ class CellEntry:
                 continue
             if isinstance(
                 value,
-                Route | Schedule | Window | BrokerExitEntry | GeneratorVerdict | GeneratorClocks,
+                Route
+                | Schedule
+                | Window
+                | BrokerExitEntry
+                | GeneratorVerdict
+                | GeneratorClocks
+                | TimingEntry,
             ):
                 value = value.to_dict()
             elif isinstance(value, Totals):
@@ -347,6 +357,11 @@ class CellEntry:
             clock_entry = None if clocks is None else GeneratorClocks.from_dict(clocks)
         except (KeyError, TypeError, ValueError) as exc:
             raise CellEntryError(f"cell {cid}: {exc}") from None
+        timing = _mapping(cid, "timing", data.get("timing"))
+        try:
+            timing_entry = None if timing is None else TimingEntry.from_dict(timing)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CellEntryError(f"cell {cid}: timing: {exc}") from None
         return cls(
             id=cid,
             index=_int(cid, "index", data.get("index") or 0),
@@ -376,6 +391,7 @@ class CellEntry:
             ),
             finished_ns=_opt_int(cid, "finished_ns", data.get("finished_ns")),
             clocks=clock_entry,
+            timing=timing_entry,
         )
 
 

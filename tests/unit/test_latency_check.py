@@ -71,3 +71,25 @@ def test_the_cli_results_table_shows_the_latency_verdict_with_its_reason() -> No
     assert "GENERATOR-BOUND: send lag p50 x" in row
     alpha = next(line for line in lines if "│ alpha" in line)
     assert alpha.split("│")[-2].strip() == "ok"
+
+
+def test_lag_within_the_machines_wakeup_floor_is_not_the_generators() -> None:
+    # the real-time 4,000 msg/s cell: lag p50 16 µs is 26 % of a 62 µs p50, and the
+    # machine's own wake-up p50 under SCHED_FIFO + DMA latency 0 is 16 µs
+    floor = P(16.0, 26.0)
+    assert judge_latency(P(62.0, 150.0), P(16.0, 50.0)).generator_bound
+    assert judge_latency(P(62.0, 150.0), P(16.0, 50.0), floor).kind == "ok"
+
+
+def test_lag_above_twice_the_wakeup_p99_still_marks_the_generator() -> None:
+    floor = P(16.0, 26.0)
+    verdict = judge_latency(P(62.0, 150.0), P(10.0, 52.1), floor)
+    assert verdict.generator_bound
+    assert verdict.reason is not None
+    assert "above the machine's wake-up 2x p99 0.052 ms" in verdict.reason
+    assert judge_latency(P(62.0, 150.0), P(10.0, 52.0), floor).kind == "ok"
+
+
+def test_a_floor_never_lowers_the_allowance_below_the_python_cost() -> None:
+    assert judge_latency(P(20.0, 30.0), P(5.0, 5.0), P(1.0, 1.0)).kind == "ok"
+    assert judge_latency(P(20.0, 30.0), P(5.1, 5.0), P(1.0, 1.0)).generator_bound

@@ -1,0 +1,350 @@
+"""Real-time scheduling of the worker processes (``generator.realtime``), never at the
+broker's expense.
+
+The decision (:func:`decide`) is a pure function of injected facts: the machine
+(:class:`MachineFacts`: CPUs, permission, the kernel's real-time throttle), where the broker
+may run (the CPUs its processes are allowed on, read from the kernel), and how much CPU the
+cell's generator needs. The rule (docs/performance.md, "Real-time workers"):
+
+* ``off``: normal scheduling.
+* No permission for SCHED_FIFO (root or CAP_SYS_NICE): off; ``on`` is refused in one line.
+* The broker runs on a subset of the CPUs (a resource profile gave it a cpuset): the
+  workers are pinned to the other CPUs and run SCHED_FIFO. With no CPU left over, off.
+* The broker may run on every CPU (no profile, or a quota without a cpuset): mqbench never
+  takes cores from it. Real time only when the generator needs at most
+  ``SMALL_SHARE_CORES``: a worker that sleeps most of the time gets the same CPU time
+  under SCHED_FIFO as under SCHED_OTHER, only sooner after each wake-up.
+* A broker not on this machine: real time, workers not pinned.
+
+The kernel's real-time throttling (``sched_rt_runtime_us``) stays in force: a worker that
+would exceed it is reported by the self-check, not hidden.
+
+:func:`apply` runs inside each worker process, before its event loop starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from mqbench.records.timing import (
+    RealtimeMode,
+    ReceiveStamp,
+    SchedPolicy,
+    TimingEntry,
+    WakeupFloor,
+)
+
+FIFO_PRIORITY: Final = 1
+"""The lowest real-time priority: above every normal task, below every kernel RT thread."""
+SMALL_SHARE_CORES: Final = 0.5
+"""Beside a broker that may use every CPU, real time only for a generator that needs at
+most this many cores (docs/performance.md has the measurements)."""
+CORE_S_PER_MSG: Final = 100e-6
+"""Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
+no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core
+development machine (docs/performance.md)."""
+CEILING_CPU_SHARE: Final = 0.9
+"""A calibrated ceiling is the rate at which one worker used at most this share of a core."""
+DMA_LATENCY_PATH: Final = Path("/dev/cpu_dma_latency")
+HOLD_DMA_LATENCY_US: Final = 0
+TIMER_SLACK_NS: Final = 1
+PR_SET_TIMERSLACK: Final = 29
+
+USE_DMA_LATENCY: Final = True
+"""Hold ``/dev/cpu_dma_latency`` at 0 while real time: it removes deep idle states' exit
+latency (p99 26 µs instead of 60 µs under SCHED_FIFO, docs/performance.md)."""
+USE_TIMER_SLACK: Final = False
+"""Timer slack is not set: timerfd deadlines carry no slack and SCHED_FIFO tasks get none,
+so it measured no difference (docs/performance.md)."""
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the decision needs to know about this machine."""
+
+    cpus: tuple[int, ...]
+    """CPUs mqbench may run on."""
+    permission: str | None
+    """None when SCHED_FIFO may be used; else why not (one phrase)."""
+    throttle_share: float | None = 0.95
+    """The kernel's real-time limit per CPU as a share (None: not throttled)."""
+    dma_latency: bool = True
+    """Whether ``/dev/cpu_dma_latency`` can be written."""
+
+
+@dataclass(frozen=True)
+class BrokerPlacement:
+    """Where the cell's broker may run."""
+
+    local: bool
+    """On this machine (native, docker, or an external broker on a loopback address)."""
+    cpus: tuple[int, ...] = ()
+    """The CPUs its processes are allowed on (empty: unknown, taken as every CPU)."""
+
+
+@dataclass(frozen=True)
+class RealtimeSettings:
+    """What a worker process applies to itself (travels in its ``WorkerPlan``)."""
+
+    policy: SchedPolicy = "fifo"
+    priority: int = FIFO_PRIORITY
+    dma_latency_us: int | None = HOLD_DMA_LATENCY_US if USE_DMA_LATENCY else None
+    timer_slack_ns: int | None = TIMER_SLACK_NS if USE_TIMER_SLACK else None
+    cpus: tuple[int, ...] = ()
+    """Pin to these CPUs (empty: not pinned)."""
+
+
+def policy_name(settings: RealtimeSettings | None) -> str:
+    """The name of a policy and its knobs, as the wake-up floors are keyed: ``other``,
+    ``fifo``, ``fifo+dma``, ``other+slack``, ..."""
+    if settings is None:
+        return "other"
+    name: str = settings.policy
+    if settings.dma_latency_us is not None:
+        name += "+dma"
+    if settings.timer_slack_ns is not None:
+        name += "+slack"
+    return name
+
+
+@dataclass(frozen=True)
+class RealtimeDecision:
+    """The cell's scheduling: settings for the workers (None: normal) and why."""
+
+    mode: RealtimeMode
+    settings: RealtimeSettings | None
+    reason: str
+    refused: str | None = None
+    """Set when ``on`` cannot be honoured: the one line to show before any load."""
+    broker_cpus: tuple[int, ...] = ()
+    generator_cores: float | None = None
+    throttle_share: float | None = None
+
+    @property
+    def policy(self) -> SchedPolicy:
+        """What the workers run under."""
+        return self.settings.policy if self.settings is not None else "other"
+
+    def entry(
+        self, floor: WakeupFloor | None = None, receive_stamp: ReceiveStamp = "user"
+    ) -> TimingEntry:
+        """The manifest's ``timing`` record for a cell run with this decision."""
+        s = self.settings
+        return TimingEntry(
+            mode=self.mode,
+            policy=self.policy,
+            reason=self.reason,
+            priority=s.priority if s is not None else None,
+            dma_latency_us=s.dma_latency_us if s is not None else None,
+            timer_slack_ns=s.timer_slack_ns if s is not None else None,
+            worker_cpus=s.cpus if s is not None else (),
+            broker_cpus=self.broker_cpus,
+            generator_cores=self.generator_cores,
+            receive_stamp=receive_stamp,
+            wakeup_floor=floor,
+            throttle_share=self.throttle_share if s is not None else None,
+        )
+
+
+def cpu_text(cpus: Iterable[int]) -> str:
+    """CPU numbers for a message: ``0``, ``0-1``, ``0,2``."""
+    ordered = sorted(set(cpus))
+    if not ordered:
+        return "none"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 1:
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(str(c) for c in ordered)
+
+
+def estimate_generator_cores(
+    load_per_worker: float, workers: int, ceiling_per_worker: float | None = None
+) -> float:
+    """Cores the cell's workers need: ``load_per_worker`` msg/s (the larger of sends and
+    deliveries per worker) each, costed from the calibrated ceiling when there is one."""
+    if ceiling_per_worker is not None and ceiling_per_worker > 0:
+        per_worker = CEILING_CPU_SHARE * load_per_worker / ceiling_per_worker
+    else:
+        per_worker = CORE_S_PER_MSG * load_per_worker
+    return round(workers * min(1.0, per_worker), 3)
+
+
+def decide(
+    mode: RealtimeMode,
+    machine: MachineFacts,
+    broker: BrokerPlacement,
+    generator_cores: float,
+    settings: RealtimeSettings | None = None,
+) -> RealtimeDecision:
+    """The cell's scheduling from the facts (the rule in the module docstring)."""
+    base = RealtimeDecision(
+        mode,
+        None,
+        "",
+        broker_cpus=broker.cpus,
+        generator_cores=generator_cores,
+        throttle_share=machine.throttle_share,
+    )
+    if mode == "off":
+        return replace(base, reason="generator.realtime is off")
+    wanted = settings or RealtimeSettings()
+    if not machine.dma_latency and wanted.dma_latency_us is not None:
+        wanted = replace(wanted, dma_latency_us=None)
+    if machine.permission is not None:
+        return _off(base, f"no permission for SCHED_FIFO ({machine.permission})")
+    if not broker.local:
+        return replace(base, settings=wanted, reason="real time: the broker is not on this machine")
+    broker_cpus = set(broker.cpus or machine.cpus)
+    free = tuple(c for c in machine.cpus if c not in broker_cpus)
+    if free:
+        return replace(
+            base,
+            settings=replace(wanted, cpus=free),
+            reason=f"real time: the broker runs on CPU {cpu_text(broker_cpus)}, "
+            f"the workers on CPU {cpu_text(free)}",
+        )
+    if generator_cores <= SMALL_SHARE_CORES:
+        return replace(
+            base,
+            settings=wanted,
+            reason=f"real time beside a broker on every CPU: this cell's generator needs "
+            f"~{generator_cores:.2f} core (at most {SMALL_SHARE_CORES:g})",
+        )
+    return _off(
+        base,
+        f"the broker may use every CPU and this cell's generator needs ~{generator_cores:.2f} "
+        f"core (more than {SMALL_SHARE_CORES:g}): real time would take CPU from the broker "
+        "(a resources profile gives the broker CPUs of its own)",
+    )
+
+
+def _off(base: RealtimeDecision, why: str) -> RealtimeDecision:
+    if base.mode == "on":
+        return replace(base, reason=why, refused=f"generator.realtime on: {why}")
+    return replace(base, reason=f"auto: off, {why}")
+
+
+# -- facts from this machine -----------------------------------------------------------
+
+
+def probe_permission() -> str | None:
+    """None when this process may use SCHED_FIFO; else why not. Switches the calling
+    thread to SCHED_FIFO at the lowest priority and straight back."""
+    if not hasattr(os, "sched_setscheduler"):
+        return "this platform has no SCHED_FIFO"
+    policy = os.sched_getscheduler(0)
+    param = os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+    except OSError as exc:
+        return f"{(exc.strerror or str(exc)).lower()}: needs root or CAP_SYS_NICE"
+    os.sched_setscheduler(0, policy, param)
+    return None
+
+
+def read_throttle_share(proc: Path = Path("/proc/sys/kernel")) -> float | None:
+    """``sched_rt_runtime_us / sched_rt_period_us`` (None when unlimited or unreadable)."""
+    try:
+        runtime = int((proc / "sched_rt_runtime_us").read_text())
+        period = int((proc / "sched_rt_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    if runtime < 0 or period <= 0:
+        return None
+    return round(runtime / period, 4)
+
+
+def machine_facts() -> MachineFacts:
+    """This machine's facts (probes the permission)."""
+    return MachineFacts(
+        cpus=tuple(sorted(os.sched_getaffinity(0))),
+        permission=probe_permission(),
+        throttle_share=read_throttle_share(),
+        dma_latency=os.access(DMA_LATENCY_PATH, os.W_OK),
+    )
+
+
+def process_cpus(pids: Iterable[int]) -> tuple[int, ...]:
+    """The union of the CPUs ``pids`` may run on (empty when none can be read)."""
+    cpus: set[int] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            cpus |= os.sched_getaffinity(pid)
+    return tuple(sorted(cpus))
+
+
+# -- inside a worker -------------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    """What a worker process applied to itself, and what failed."""
+
+    policy: SchedPolicy = "other"
+    errors: list[str] = field(default_factory=list)
+
+
+_held: list[BinaryIO] = []
+"""``/dev/cpu_dma_latency`` stays held while its file is open: for the process's life."""
+
+
+def apply(settings: RealtimeSettings | None) -> Applied:
+    """Apply ``settings`` to this process: CPUs, timer slack, the DMA-latency hold, then
+    SCHED_FIFO (last, so the set-up itself runs at normal priority). Never raises."""
+    applied = Applied()
+    if settings is None:
+        return applied
+    if settings.cpus:
+        try:
+            os.sched_setaffinity(0, settings.cpus)
+        except OSError as exc:
+            applied.errors.append(f"CPU affinity {cpu_text(settings.cpus)}: {exc.strerror}")
+    if settings.timer_slack_ns is not None:
+        error = _set_timer_slack(settings.timer_slack_ns)
+        if error:
+            applied.errors.append(error)
+    if settings.dma_latency_us is not None:
+        error = hold_dma_latency(settings.dma_latency_us)
+        if error:
+            applied.errors.append(error)
+    if settings.policy == "fifo":
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(settings.priority))
+            applied.policy = "fifo"
+        except OSError as exc:
+            applied.errors.append(f"SCHED_FIFO: {exc.strerror}")
+    return applied
+
+
+def hold_dma_latency(value_us: int, path: Path = DMA_LATENCY_PATH) -> str | None:
+    """Hold ``path`` at ``value_us`` until this process exits; None or the error."""
+    try:
+        handle = path.open("wb", buffering=0)
+        handle.write(struct.pack("i", value_us))
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    _held.append(handle)
+    return None
+
+
+def release_dma_latency() -> None:
+    """Close the holds of this process (tests and the probe; a worker just exits)."""
+    while _held:
+        _held.pop().close()
+
+
+def _set_timer_slack(slack_ns: int) -> str | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        if libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(slack_ns), 0, 0, 0) != 0:
+            return f"timer slack: {os.strerror(ctypes.get_errno())}"
+    except (OSError, AttributeError) as exc:
+        return f"timer slack: {exc}"
+    return None

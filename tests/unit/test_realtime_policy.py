@@ -1,0 +1,146 @@
+"""Real-time scheduling of the workers, decided from injected machine facts (issue 21)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbench.records.cell_entry import CellEntry
+from mqbench.records.timing import TimingEntry, WakeupFloor
+from mqbench.workload.realtime import (
+    SMALL_SHARE_CORES,
+    BrokerPlacement,
+    MachineFacts,
+    RealtimeSettings,
+    apply,
+    decide,
+    estimate_generator_cores,
+    hold_dma_latency,
+    policy_name,
+    read_throttle_share,
+    release_dma_latency,
+)
+
+TWO_CORES = MachineFacts(cpus=(0, 1), permission=None)
+LOCAL_ON_ALL = BrokerPlacement(local=True, cpus=(0, 1))
+LOCAL_ON_CPU0 = BrokerPlacement(local=True, cpus=(0,))
+
+
+def test_a_broker_limited_to_one_of_two_cores_leaves_the_other_to_real_time_workers() -> None:
+    decision = decide("auto", TWO_CORES, LOCAL_ON_CPU0, generator_cores=1.0)
+    assert decision.policy == "fifo" and decision.refused is None
+    assert decision.settings is not None and decision.settings.cpus == (1,)
+    assert decision.broker_cpus == (0,)
+    assert "broker runs on CPU 0, the workers on CPU 1" in decision.reason
+
+
+def test_a_broker_on_every_cpu_keeps_them_when_the_generator_needs_much() -> None:
+    decision = decide("auto", TWO_CORES, LOCAL_ON_ALL, generator_cores=0.8)
+    assert decision.policy == "other" and decision.settings is None
+    assert decision.refused is None
+    assert decision.reason.startswith("auto: off, the broker may use every CPU")
+    assert "~0.80 core" in decision.reason
+
+
+def test_a_generator_that_needs_a_small_share_runs_real_time_beside_an_unlimited_broker() -> None:
+    decision = decide("auto", TWO_CORES, LOCAL_ON_ALL, generator_cores=SMALL_SHARE_CORES)
+    assert decision.policy == "fifo"
+    assert decision.settings is not None and decision.settings.cpus == ()
+
+
+def test_an_unknown_broker_placement_counts_as_every_cpu() -> None:
+    unknown = BrokerPlacement(local=True, cpus=())
+    assert decide("auto", TWO_CORES, unknown, generator_cores=0.9).policy == "other"
+
+
+def test_on_without_room_is_refused_in_one_line_and_auto_never_refuses() -> None:
+    on = decide("on", TWO_CORES, LOCAL_ON_ALL, generator_cores=0.9)
+    assert on.refused is not None and "\n" not in on.refused
+    assert on.refused.startswith("generator.realtime on: the broker may use every CPU")
+    assert decide("auto", TWO_CORES, LOCAL_ON_ALL, generator_cores=0.9).refused is None
+
+
+def test_no_permission_turns_real_time_off_and_refuses_on() -> None:
+    machine = MachineFacts(cpus=(0, 1), permission="operation not permitted")
+    auto = decide("auto", machine, LOCAL_ON_CPU0, generator_cores=0.1)
+    assert auto.policy == "other" and "no permission for SCHED_FIFO" in auto.reason
+    on = decide("on", machine, LOCAL_ON_CPU0, generator_cores=0.1)
+    assert on.refused == (
+        "generator.realtime on: no permission for SCHED_FIFO (operation not permitted)"
+    )
+
+
+def test_off_is_off_whatever_the_machine_allows() -> None:
+    decision = decide("off", TWO_CORES, LOCAL_ON_CPU0, generator_cores=0.1)
+    assert decision.policy == "other" and decision.reason == "generator.realtime is off"
+
+
+def test_a_broker_elsewhere_needs_no_isolation() -> None:
+    decision = decide("on", TWO_CORES, BrokerPlacement(local=False), generator_cores=2.0)
+    assert decision.policy == "fifo" and decision.settings is not None
+    assert decision.settings.cpus == ()
+
+
+def test_the_dma_latency_hold_is_dropped_where_the_device_cannot_be_written() -> None:
+    machine = MachineFacts(cpus=(0, 1), permission=None, dma_latency=False)
+    decision = decide("auto", machine, LOCAL_ON_CPU0, generator_cores=0.1)
+    assert decision.settings is not None and decision.settings.dma_latency_us is None
+
+
+def test_the_generator_estimate_uses_the_calibrated_ceiling_when_there_is_one() -> None:
+    assert estimate_generator_cores(1000.0, 1) == pytest.approx(0.1)
+    assert estimate_generator_cores(1000.0, 1, ceiling_per_worker=9000.0) == pytest.approx(0.1)
+    assert estimate_generator_cores(50_000.0, 2) == 2.0  # never more than a core per worker
+
+
+def test_policy_names_key_the_wakeup_floors() -> None:
+    assert policy_name(None) == "other"
+    assert policy_name(RealtimeSettings(dma_latency_us=0, timer_slack_ns=None)) == "fifo+dma"
+    assert policy_name(RealtimeSettings(policy="other", dma_latency_us=None, timer_slack_ns=1)) == (
+        "other+slack"
+    )
+
+
+def test_the_throttle_share_is_read_from_the_kernel_settings(tmp_path: Path) -> None:
+    (tmp_path / "sched_rt_runtime_us").write_text("950000\n")
+    (tmp_path / "sched_rt_period_us").write_text("1000000\n")
+    assert read_throttle_share(tmp_path) == 0.95
+    (tmp_path / "sched_rt_runtime_us").write_text("-1\n")
+    assert read_throttle_share(tmp_path) is None
+
+
+def test_the_dma_latency_hold_writes_the_value_and_keeps_the_file_open(tmp_path: Path) -> None:
+    device = tmp_path / "cpu_dma_latency"
+    assert hold_dma_latency(0, device) is None
+    assert device.read_bytes() == b"\x00\x00\x00\x00"
+    release_dma_latency()
+    missing = hold_dma_latency(0, tmp_path / "absent" / "dev")
+    assert missing is not None and "No such file" in missing
+
+
+def test_applying_no_settings_changes_nothing() -> None:
+    applied = apply(None)
+    assert applied.policy == "other" and applied.errors == []
+
+
+def test_the_manifest_records_the_policy_the_cpus_and_the_floor() -> None:
+    floor = WakeupFloor("fifo+dma", 16.0, 26.0, 59.0, 120.0, 3000, "2026-01-01T00:00:00+00:00")
+    decision = decide("auto", TWO_CORES, LOCAL_ON_CPU0, generator_cores=0.3)
+    entry = decision.entry(floor)
+    data = entry.to_dict()
+    assert data["policy"] == "fifo" and data["priority"] == 1
+    assert data["worker_cpus"] == [1] and data["broker_cpus"] == [0]
+    assert data["dma_latency_us"] == 0 and data["receive_stamp"] == "user"
+    assert data["wakeup_floor"]["p99_us"] == 26.0
+    assert TimingEntry.from_dict(data) == entry
+    cell = CellEntry(id="c", timing=entry)
+    assert CellEntry.from_dict(cell.to_dict()).timing == entry
+
+
+def test_a_malformed_timing_record_names_the_cell_and_the_key() -> None:
+    from mqbench.records.cell_entry import CellEntryError
+
+    bad = {"id": "c", "timing": {"mode": "auto", "policy": "rr", "reason": ""}}
+    with pytest.raises(CellEntryError, match=r"cell c: timing: timing\.policy 'rr'"):
+        CellEntry.from_dict(bad)
