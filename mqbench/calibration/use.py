@@ -16,9 +16,11 @@ from typing import Any
 
 from mqbench.brokers.registry import get_target
 from mqbench.calibration.store import LoadedCalibration, default_path, load
+from mqbench.calibration.wakeup import as_floor
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
+from mqbench.workload.cell_timing import TimingHints
 from mqbench.workload.plan import resolve_layout, split_workers, worker_count
 
 
@@ -71,6 +73,21 @@ class CalibrationCheck:
     warnings: list[CeilingWarning] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     """The ceilings and floors of the run's clients/protocols that were used."""
+
+    def timing_hints(self) -> TimingHints:
+        """The wake-up floors and ceilings ``run`` decides and judges timing with."""
+        calibration = self.loaded.usable
+        if calibration is None:
+            return TimingHints()
+        floors = {name: as_floor(result) for name, result in calibration.wakeup.items()}
+        ceilings = {
+            client: c.msg_s_per_worker
+            for client, c in calibration.ceilings.items()
+            if c.msg_s_per_worker is not None
+        }
+        return TimingHints(
+            wakeup={k: v for k, v in floors.items() if v is not None}, ceilings=ceilings
+        )
 
     def notes(self) -> list[str]:
         """Lines to show before the run: a stale/unusable file, then one per warned cell."""
@@ -144,7 +161,14 @@ def check_cells(
                     cell.id, client, workers, offered, delivered, ceiling.msg_s_per_worker
                 )
             )
-    return CalibrationCheck(loaded, warnings, {"ceilings": ceilings, "floors": floors})
+    wakeup = {
+        name: result.figures.model_dump(mode="json") | {"measured_utc": result.measured_utc}
+        for name, result in calibration.wakeup.items()
+        if result.figures is not None
+    }
+    return CalibrationCheck(
+        loaded, warnings, {"ceilings": ceilings, "floors": floors, "wakeup": wakeup}
+    )
 
 
 def check_run(scenario: Scenario, cells: list[Cell]) -> CalibrationCheck:

@@ -30,7 +30,7 @@ from mqbench.workload.realtime import (
     HOLD_DMA_LATENCY_US,
     TIMER_SLACK_NS,
     RealtimeSettings,
-    apply,
+    apply_realtime,
     policy_name,
 )
 from mqbench.workload.timer import TimerfdTimer, timerfd_available
@@ -113,7 +113,7 @@ async def _sample(count: int, interval_ns: int) -> list[int]:
 def _probe_main(settings: RealtimeSettings | None, count: int, interval_ns: int, conn: Any) -> None:
     """Entry point of the probe process: apply the policy, sample, send the samples."""
     try:
-        applied = apply(settings)
+        applied = apply_realtime(settings)
         if applied.errors:
             conn.send(("error", "; ".join(applied.errors)))
             return

@@ -258,6 +258,7 @@ def _run(
         only=(lambda c: c.id in selected) if selected else None,
         manifest_extra={"calibration": check.manifest_record()},
         evaluate=analyze_cell_numpy,
+        timing=check.timing_hints(),
     )
     try:
         if not no_analyze and any(c.status == "completed" for c in result.cells):

@@ -80,6 +80,8 @@ class WorkerStats:
     """Process CPU time (user + system)."""
     publish_cpu_fraction: float | None = _f(None, "max")
     """Share of a core the worker was busy while publishing, busy-waiting excluded."""
+    sched_policy: str | None = _f(None, "same")
+    """The scheduling policy the worker ran under: ``other`` or ``fifo`` (real time)."""
     t_ns: int = _f(0, "max")
     """When the stats were taken (wall clock, ns)."""
 

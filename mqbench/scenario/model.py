@@ -223,6 +223,14 @@ class Generator(_Strict):
         "split: publishers and subscribers run in separate processes, so receive "
         "timestamps never queue behind sends; auto picks per cell (docs/scenarios.md)",
     )
+    realtime: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="worker processes run SCHED_FIFO (lowest real-time priority, "
+        "/dev/cpu_dma_latency held at 0) where permitted and never at the broker's expense: "
+        "on CPUs the broker does not use, or beside an unlimited broker only when the "
+        "generator needs little CPU; auto falls back to off with the reason in the manifest, "
+        "on refuses to run without it (docs/performance.md)",
+    )
     reconnect_max: float = Field(
         default=0.1,
         gt=0,
@@ -285,6 +293,14 @@ class Generator(_Strict):
     @classmethod
     def _parse_timeout(cls, value: Any) -> float:
         return parse_duration(value)
+
+    @field_validator("realtime", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on/off as a boolean
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
 
 
 ToxicType = Literal["reset_peer", "timeout", "latency", "bandwidth", "limit_data"]

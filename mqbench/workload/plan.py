@@ -9,6 +9,7 @@ from mqbench.errors import ScenarioError
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Generator
 from mqbench.transports.base import ClientSecurity
+from mqbench.workload.realtime import RealtimeSettings
 from mqbench.workload.topology import PubSpec, SubSpec, Topology
 
 MAX_CONNECTIONS_PER_WORKER = 19000
@@ -68,6 +69,8 @@ class WorkerPlan:
     """Upper bound of the reconnect backoff (starts at 20 ms, doubles)."""
     security: ClientSecurity | None = None
     """Credentials and TLS of every client (pickled to the worker, never written)."""
+    realtime: RealtimeSettings | None = None
+    """Scheduling the worker applies to itself (None: normal, ``workload.realtime``)."""
 
     @property
     def pub_range(self) -> tuple[int, int]:
@@ -171,6 +174,7 @@ def build_worker_plans(
     layout: str = "shared",
     client_extra: dict[str, object] | None = None,
     security: ClientSecurity | None = None,
+    realtime: RealtimeSettings | None = None,
 ) -> list[WorkerPlan]:
     """Shard a cell over worker processes.
 
@@ -233,6 +237,7 @@ def build_worker_plans(
                 reconnect_max_s=reconnect_max_s,
                 client_extra=dict(client_extra or {}),
                 security=security,
+                realtime=realtime,
             )
         )
     return plans

@@ -165,15 +165,17 @@ def cpu_text(cpus: Iterable[int]) -> str:
 
 
 def estimate_generator_cores(
-    load_per_worker: float, workers: int, ceiling_per_worker: float | None = None
+    offered: float, delivered: float, workers: int, ceiling_per_worker: float | None = None
 ) -> float:
-    """Cores the cell's workers need: ``load_per_worker`` msg/s (the larger of sends and
-    deliveries per worker) each, costed from the calibrated ceiling when there is one."""
+    """Cores a cell's workers need to send ``offered`` and receive ``delivered`` msg/s
+    (all workers together), costed from the client's calibrated ceiling when there is one
+    (a worker at its ceiling sends and receives that rate with at most 90 % of a core),
+    else at ``CORE_S_PER_MSG`` per message sent and received; at most a core per worker."""
     if ceiling_per_worker is not None and ceiling_per_worker > 0:
-        per_worker = CEILING_CPU_SHARE * load_per_worker / ceiling_per_worker
+        per_event = CEILING_CPU_SHARE / (2 * ceiling_per_worker)
     else:
-        per_worker = CORE_S_PER_MSG * load_per_worker
-    return round(workers * min(1.0, per_worker), 3)
+        per_event = CORE_S_PER_MSG / 2
+    return round(min(float(workers), per_event * (offered + delivered)), 3)
 
 
 def decide(
@@ -283,6 +285,12 @@ def process_cpus(pids: Iterable[int]) -> tuple[int, ...]:
 # -- inside a worker -------------------------------------------------------------------
 
 
+def current_policy() -> SchedPolicy:
+    """The calling thread's policy as the kernel has it."""
+    fifo = hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) == os.SCHED_FIFO
+    return "fifo" if fifo else "other"
+
+
 @dataclass
 class Applied:
     """What a worker process applied to itself, and what failed."""
@@ -295,7 +303,7 @@ _held: list[BinaryIO] = []
 """``/dev/cpu_dma_latency`` stays held while its file is open: for the process's life."""
 
 
-def apply(settings: RealtimeSettings | None) -> Applied:
+def apply_realtime(settings: RealtimeSettings | None) -> Applied:
     """Apply ``settings`` to this process: CPUs, timer slack, the DMA-latency hold, then
     SCHED_FIFO (last, so the set-up itself runs at normal priority). Never raises."""
     applied = Applied()

@@ -35,11 +35,13 @@ from mqbench.records.events import EventKind, EventLog
 from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, RunPublisher
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
+from mqbench.records.timing import TimingEntry
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Scenario
 from mqbench.scenario.security import redact, redact_argv
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
+from mqbench.workload.cell_timing import RunTiming, TimingHints
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.distributed import (
     check_cross_task,
@@ -194,6 +196,7 @@ def run_scenario(
     only: Callable[[Cell], bool] | None = None,
     manifest_extra: dict[str, Any] | None = None,
     evaluate: Evaluate | None = None,
+    timing: TimingHints | None = None,
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
 
@@ -201,12 +204,14 @@ def run_scenario(
     ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
     ``calibration`` the CLI checked the cells against). ``evaluate`` summarises a finished
     step of a saturation search (``workload.search``); a scenario with a ``search`` needs
-    one.
+    one. ``timing``: the calibration's wake-up floors and ceilings (``workload.cell_timing``).
     """
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
     preflight(scenario, cells, out_root)
+    run_timing = RunTiming(scenario, timing or TimingHints())
+    run_timing.check(cells)
     search: SearchTracker | None = None
     if scenario.search is not None:
         if evaluate is None:
@@ -233,6 +238,7 @@ def run_scenario(
                 manifest_extra,
                 search,
                 security,
+                run_timing,
                 output,
             )
     except BaseException:
@@ -290,6 +296,7 @@ def _run_cells(
     manifest_extra: dict[str, Any] | None,
     search: SearchTracker | None,
     security: RunSecurity,
+    run_timing: RunTiming,
     output: _Output | None = None,
 ) -> RunResult:
     # The folder, its space reserve and its first manifest appear together; a signal in
@@ -329,7 +336,7 @@ def _run_cells(
                     )
                 )
                 continue
-            _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag, security)
+            _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag, security, run_timing)
             if search is not None:
                 search.observe(cell, manifest.cell(cell.id), result_dir / "cells" / cell.id)
                 manifest.data["search"] = search.report()
@@ -379,6 +386,7 @@ def _run_cell(
     reporter: RunReporter,
     run_tag: str,
     security: RunSecurity,
+    run_timing: RunTiming,
 ) -> None:
     target = get_target(cell.target)
     client = resolve_client(target.transport, cell.client)
@@ -462,6 +470,9 @@ def _run_cell(
         if isinstance(broker, HasResourceSource) and (source := broker.resource_source()):
             sampler.add_source(source)
         sampler.start()
+        decision = run_timing.decide_cell(cell, broker)
+        timing = decision.entry(run_timing.floor(decision))
+        manifest.update_cell(cell.id, lambda c: replace(c, timing=timing))
         proxy_port = 0
         proxied: dict[str, list[int]] | None = None
         if scenario.faults is not None:
@@ -496,6 +507,7 @@ def _run_cell(
             layout=layout,
             client_extra={"max_pending_bytes": pending_bound(scenario, cell)},
             security=security.client,
+            realtime=decision.settings,
         )
         driver = faults
         stage: SparkStage | None = None
@@ -535,7 +547,7 @@ def _run_cell(
         finally:
             if stage is not None:
                 _record_clocks(cell, manifest, events, stage)
-        _record_outcome(scenario, cell, manifest, outcome)
+        _record_outcome(scenario, cell, manifest, outcome, timing)
         status: CellStatus = "interrupted" if outcome.interrupted else "completed"
         entry = manifest.update_cell(cell.id, lambda c: replace(c, status=status))
         reporter.cell_finished(cell, status, entry)
@@ -634,7 +646,11 @@ def _schedule(cell: Cell, start_ns: int) -> Schedule:
 
 
 def _record_outcome(
-    scenario: Scenario, cell: Cell, manifest: Manifest, outcome: LoadOutcome
+    scenario: Scenario,
+    cell: Cell,
+    manifest: Manifest,
+    outcome: LoadOutcome,
+    timing: TimingEntry | None = None,
 ) -> None:
     window = Window.planned(outcome.start_ns, outcome.connected_ns, cell.warmup_s, cell.duration_s)
     if outcome.interrupted:
@@ -642,6 +658,8 @@ def _record_outcome(
     verdict = generator_verdict(
         outcome.workers,
         late_threshold_ms=scenario.generator.max_send_lag_ms,
+        rt_throttle_share=timing.throttle_share if timing is not None else None,
+        expected_policy=timing.policy if timing is not None else None,
     )
     total = outcome.total
     schedule = _schedule(cell, outcome.start_ns)

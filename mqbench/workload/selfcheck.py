@@ -14,11 +14,20 @@ MAX_LOOP_LAG_MS = 50.0
 """An event-loop stall this long delays sends and receive timestamps alike."""
 
 
-def generator_verdict(workers: list[WorkerStats], *, late_threshold_ms: float) -> GeneratorVerdict:
+def generator_verdict(
+    workers: list[WorkerStats],
+    *,
+    late_threshold_ms: float,
+    rt_throttle_share: float | None = None,
+    expected_policy: str | None = None,
+) -> GeneratorVerdict:
     """Combine worker stats into the manifest's ``generator`` verdict.
 
     ``reasons`` say why the generator, not the broker, limited the cell; ``warnings`` are
     facts worth seeing that do not invalidate it (e.g. sends skipped while disconnected).
+    ``rt_throttle_share``: the kernel's real-time limit, named when a real-time worker was
+    too busy; ``expected_policy``: the policy decided for the workers (a worker that ran
+    another one is named).
     """
     reasons: list[str] = []
     warnings: list[str] = []
@@ -53,6 +62,15 @@ def generator_verdict(workers: list[WorkerStats], *, late_threshold_ms: float) -
         cpu = w.publish_cpu_fraction
         if cpu is not None and cpu > MAX_WORKER_CPU:
             reasons.append(f"worker {w.worker} used {100 * cpu:.0f}% of a core")
+            if w.sched_policy == "fifo" and rt_throttle_share is not None:
+                limit = f"{100 * rt_throttle_share:.0f}% of a core"
+                reasons[-1] += (
+                    f" under SCHED_FIFO: the kernel's real-time limit ({limit}) throttles it"
+                )
+        if expected_policy and w.sched_policy and w.sched_policy != expected_policy:
+            warnings.append(
+                f"worker {w.worker} ran {w.sched_policy}, not {expected_policy} as decided"
+            )
         lag_ms = w.max_loop_lag_ns / 1e6
         if lag_ms > MAX_LOOP_LAG_MS:
             reasons.append(f"worker {w.worker} event loop stalled {lag_ms:.0f} ms")

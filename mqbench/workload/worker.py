@@ -41,6 +41,7 @@ from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sende
 from mqbench.transports.registry import get_transport
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop
+from mqbench.workload.realtime import apply_realtime, current_policy
 from mqbench.workload.timer import timer_factory
 from mqbench.workload.topology import PubSpec, SubSpec
 
@@ -241,6 +242,7 @@ class Worker:
             pending_write_bytes=pending,
             cpu_s=time.process_time(),
             publish_cpu_fraction=self._publish_cpu_fraction(),
+            sched_policy=current_policy(),
             t_ns=time.time_ns(),
         )
 
@@ -647,6 +649,7 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     if parent_pid is not None and not lifeline.die_with_parent(signal.SIGTERM, parent_pid):
         return  # the parent died before the signal was armed
     raise_open_files_limit()
+    apply_realtime(plan.realtime)  # a policy it could not set shows in its stats
     run_worker(plan, conn)
     signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
 

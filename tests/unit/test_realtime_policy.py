@@ -13,7 +13,7 @@ from mqbench.workload.realtime import (
     BrokerPlacement,
     MachineFacts,
     RealtimeSettings,
-    apply,
+    apply_realtime,
     decide,
     estimate_generator_cores,
     hold_dma_latency,
@@ -89,9 +89,11 @@ def test_the_dma_latency_hold_is_dropped_where_the_device_cannot_be_written() ->
 
 
 def test_the_generator_estimate_uses_the_calibrated_ceiling_when_there_is_one() -> None:
-    assert estimate_generator_cores(1000.0, 1) == pytest.approx(0.1)
-    assert estimate_generator_cores(1000.0, 1, ceiling_per_worker=9000.0) == pytest.approx(0.1)
-    assert estimate_generator_cores(50_000.0, 2) == 2.0  # never more than a core per worker
+    assert estimate_generator_cores(1000.0, 1000.0, 1) == pytest.approx(0.1)
+    assert estimate_generator_cores(1000.0, 1000.0, 1, ceiling_per_worker=9000.0) == (
+        pytest.approx(0.1)
+    )
+    assert estimate_generator_cores(50_000.0, 50_000.0, 2) == 2.0  # at most a core per worker
 
 
 def test_policy_names_key_the_wakeup_floors() -> None:
@@ -120,7 +122,7 @@ def test_the_dma_latency_hold_writes_the_value_and_keeps_the_file_open(tmp_path:
 
 
 def test_applying_no_settings_changes_nothing() -> None:
-    applied = apply(None)
+    applied = apply_realtime(None)
     assert applied.policy == "other" and applied.errors == []
 
 
