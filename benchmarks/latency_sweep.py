@@ -1,4 +1,5 @@
-"""Latency vs offered rate, next to an independent native subscriber (run on demand).
+"""Latency vs offered rate, real time on against off, next to an independent native
+subscriber and the machine's wake-up floor (run on demand).
 
 For each offered rate (all publishers together) this runs one mqbench cell against a broker
 it starts itself (native runtime, 127.0.0.1), while an independent native client on the
@@ -9,9 +10,24 @@ lag p50/p99, the headline latency (from the intended send time) p50/p99, latency
 actual send p50/p99, the independent subscriber's p50/p99, generator CPU and the
 self-check verdicts.
 
-    .venv/bin/python benchmarks/latency_sweep.py --target mosquitto
+Each rate runs once per ``--realtime`` mode (``off,on`` by default, alternating), so real
+time and normal scheduling are measured side by side in one run. Before the cells it
+measures the machine's wake-up floor twice: Debian's ``cyclictest`` (rt-tests; one thread,
+1 kHz, under SCHED_OTHER and SCHED_FIFO, with and without ``/dev/cpu_dma_latency`` held at
+0) and mqbench's own probe in the worker's process model (``mqbench/calibration/wakeup.py``);
+the probe's figures are the floor the cells' latency verdicts are judged against. The last
+columns check issue 21's targets per row: send lag p99 <= 2x the wake-up p99 under the
+cell's policy (``lag_ok``) and headline p50 <= 1.15x the independent p50 + 20 µs (``p50_ok``).
+
+    .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --rates 1000,4000
+    .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --resources 1cpu-2g
     .venv/bin/python benchmarks/latency_sweep.py --target nats --rates 100,1000,20000
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --layout shared --timer loop
+    .venv/bin/python benchmarks/latency_sweep.py --realtime off --cyclictest 0 --probe 0
+
+``--resources 1cpu-2g`` starts the broker under that profile (its own CPU), so real time
+may use the other CPU at any rate; without it real time is used only where the cell's
+generator needs a small share of a core (docs/performance.md).
 
 Each rate is one cell of ``--pairs`` pairs (20 by default), 64 B, QoS 0, one generator
 worker (``--workers``), ``--duration`` measured after a 2 s warm-up.
@@ -35,10 +51,14 @@ import numpy as np
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.calibration.wakeup import probe_all
+from mqbench.errors import MqbenchError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import HEADER
+from mqbench.records.timing import WakeupFloor
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
+from mqbench.workload.cell_timing import TimingHints
 from mqbench.workload.run import SilentReporter, run_scenario
 
 WARMUP_S = 2.0
@@ -67,7 +87,11 @@ class MosquittoSub:
     def stop(self) -> list[tuple[int, int]]:
         """Stop it (by PID) and return ``(t_sent, t_recv)`` per message."""
         self.proc.terminate()
-        self.proc.wait(5)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:  # still printing a backlog: stop it by PID
+            self.proc.kill()
+            self.proc.wait(5)
         self.out.close()
         pairs = []
         with open(self.out.name, encoding="ascii", errors="replace") as fh:
@@ -135,8 +159,64 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(ordered[rank - 1]) / 1e6
 
 
+CYCLICTEST_CASES = (
+    ("other", ["--policy=other", "--default-system"]),
+    ("other+dma", ["--policy=other", "--latency=0"]),
+    ("fifo", ["--policy=fifo", "-p1", "--default-system"]),
+    ("fifo+dma", ["--policy=fifo", "-p1", "--latency=0"]),
+)
+"""cyclictest under each policy mqbench may use (``--default-system``: no DMA-latency hold)."""
+HIST_US = 20_000
+
+
+def cyclictest(seconds: float) -> list[dict[str, Any]]:
+    """Debian's cyclictest, one thread at 1 kHz per case: wake-up p50/p99/p99.9 in µs."""
+    if seconds <= 0 or shutil.which("cyclictest") is None:
+        return []
+    rows = []
+    loops = int(seconds * 1000)
+    for name, extra in CYCLICTEST_CASES:
+        argv = ["cyclictest", "-t1", "-i1000", f"-l{loops}", "-q", "-m", f"-h{HIST_US}", *extra]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+        counts: list[int] = [0] * (HIST_US + 1)
+        for line in done.stdout.splitlines():
+            if line.startswith("#"):
+                if line.startswith("# Histogram Overflows:"):
+                    counts[HIST_US] += int(line.split(":")[1].split()[0])
+                continue
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].isdigit():
+                counts[min(HIST_US, int(parts[0]))] += int(parts[1])
+        rows.append({"policy": name, **_hist_percentiles(counts)})
+    return rows
+
+
+def _hist_percentiles(counts: list[int]) -> dict[str, Any]:
+    total = sum(counts)
+    out: dict[str, Any] = {"samples": total}
+    for label, q in (("p50", 50), ("p99", 99), ("p999", 99.9)):
+        rank, seen = max(1, int(np.ceil(q / 100 * total))), 0
+        for us, n in enumerate(counts):
+            seen += n
+            if seen >= rank:
+                out[label] = float(us)
+                break
+    return out
+
+
+def _floors(seconds: float) -> dict[str, WakeupFloor]:
+    if seconds <= 0:
+        return {}
+    return {o.policy: o.floor for o in probe_all(seconds) if o.floor is not None}
+
+
 def _run_rate(
-    broker: RunningBroker, args: argparse.Namespace, rate: float, out_root: Path
+    broker: RunningBroker,
+    args: argparse.Namespace,
+    rate: float,
+    out_root: Path,
+    realtime: str,
+    floors: dict[str, WakeupFloor],
 ) -> dict[str, Any]:
     per_pub = rate / args.pairs
     data = {
@@ -153,7 +233,12 @@ def _run_rate(
             "duration": args.duration,
             "drain": "2s",
         },
-        "generator": {"workers": args.workers, "layout": args.layout, "timer": args.timer},
+        "generator": {
+            "workers": args.workers,
+            "layout": args.layout,
+            "timer": args.timer,
+            "realtime": realtime,
+        },
     }
     scenario = validate_scenario(data, "benchmark")
     native = (MosquittoSub if args.target == "mosquitto" else NatsSub)(broker.endpoint.port)
@@ -166,9 +251,16 @@ def _run_rate(
             out_root=out_root,
             argv=["benchmarks/latency_sweep.py"],
             reporter=QuietReporter(),
+            timing=TimingHints(wakeup=floors),
         )
+    except MqbenchError as exc:  # realtime on refused for this cell: say so, go on
+        refused: str | None = str(exc)
+    else:
+        refused = None
     finally:
         seen = native.stop()
+    if refused is not None:
+        return {"rate": rate, "realtime": realtime, "latency": f"refused: {refused}"}
     cell = result.cells[0]
     if cell.status != "completed" or cell.window is None:
         raise SystemExit(f"rate {rate}: cell {cell.status}: {cell.error}")
@@ -179,8 +271,17 @@ def _run_rate(
     native_lat = in_window[:, 1] - in_window[:, 0]
     lat, frm, lag = summary.latency, summary.latency_from_send, summary.send_lag
     workers = cell.generator.workers if cell.generator else ()
+    timing = cell.timing
+    floor = timing.wakeup_floor if timing is not None else None
+    native_p50 = _pct(native_lat, 50)
     return {
         "rate": rate,
+        "realtime": realtime,
+        "policy": timing.policy if timing is not None else "-",
+        "cpus": ",".join(str(c) for c in timing.worker_cpus) if timing else "-",
+        "wake_p99": floor.p99_us / 1e3 if floor else None,
+        "lag_ok": _yes(lag is not None and floor is not None and lag.p99_us <= 2 * floor.p99_us),
+        "p50_ok": _yes(lat is not None and lat.p50_us / 1e3 <= 1.15 * native_p50 + 0.020),
         "layout": cell.params.get("layout"),
         "timer": ",".join(sorted({str(w.timer) for w in workers if w.timer})),
         "lag_p50": lag.p50_us / 1e3 if lag else None,
@@ -190,14 +291,19 @@ def _run_rate(
         "send_p50": frm.p50_us / 1e3 if frm else None,
         "send_p99": frm.p99_us / 1e3 if frm else None,
         "native_n": int(native_lat.size),
-        "native_p50": _pct(native_lat, 50),
+        "native_p50": native_p50,
         "native_p99": _pct(native_lat, 99),
         "gen_cpu": summary.generator_cpu_cores_mean,
         "broker_cpu": summary.broker_cpu_cores_mean,
         "loss_pct": summary.loss_pct,
+        "recv_msg_s": summary.throughput_msg_s,
         "generator": "saturated" if summary.generator_saturated else "ok",
         "latency": getattr(summary, "latency_verdict", "n/a"),
     }
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:
@@ -217,34 +323,47 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--layout", default="auto", choices=("auto", "shared", "split"))
     parser.add_argument("--timer", default="auto", choices=("auto", "timerfd", "loop"))
+    parser.add_argument("--realtime", default="off,on", help="modes to compare, per rate")
+    parser.add_argument("--resources", default=None, help="broker resources profile")
+    parser.add_argument("--cyclictest", type=float, default=10.0, help="s per case; 0: skip")
+    parser.add_argument("--probe", type=float, default=3.0, help="s per policy; 0: skip")
     parser.add_argument("--json", action="store_true", help="one JSON object per rate")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
+    modes = args.realtime.split(",")
     print(
         f"# {args.target}, {args.pairs} pairs, 64 B, QoS 0, {args.workers} worker(s), "
-        f"layout {args.layout}, timer {args.timer}, {args.duration} measured; "
-        f"load average {os.getloadavg()[0]:.2f}; latency in ms",
+        f"layout {args.layout}, timer {args.timer}, {args.duration} measured, broker "
+        f"profile {args.resources or 'none'}; load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
+    for row in cyclictest(args.cyclictest):
+        print(f"# cyclictest {json.dumps(row)}", flush=True)
+    floors = _floors(args.probe)
+    for floor in floors.values():
+        print(f"# mqbench probe {json.dumps(floor.to_dict())}", flush=True)
     columns = (
-        "rate", "layout", "timer", "lag_p50", "lag_p99", "p50", "p99", "send_p50", "send_p99",
-        "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu", "loss_pct",
-        "generator", "latency",
+        "rate", "realtime", "policy", "cpus", "lag_p50", "lag_p99", "wake_p99", "p50", "p99",
+        "send_p50", "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu",
+        "loss_pct", "recv_msg_s", "generator", "lag_ok", "p50_ok", "latency",
     )  # fmt: skip
     if not args.json:
+        print("# latency in ms", flush=True)
         print(" ".join(f"{c:>10}" for c in columns), flush=True)
+    options = {"resources": args.resources} if args.resources else {}
     with tempfile.TemporaryDirectory(prefix="mqbench-sweep-") as tmp:
         runtime = NativeRuntime()
         broker = runtime.start(
-            StartRequest(target=args.target, workdir=Path(tmp) / "broker", options={})
+            StartRequest(target=args.target, workdir=Path(tmp) / "broker", options=options)
         )
         try:
             for rate in rates:
-                row = _run_rate(broker, args, rate, Path(tmp) / "results")
-                if args.json:
-                    print(json.dumps(row), flush=True)
-                else:
-                    print(" ".join(f"{_fmt(row[c]):>10}" for c in columns), flush=True)
+                for mode in modes:
+                    row = _run_rate(broker, args, rate, Path(tmp) / "results", mode, floors)
+                    if args.json:
+                        print(json.dumps(row), flush=True)
+                    else:
+                        print(" ".join(f"{_fmt(row.get(c)):>10}" for c in columns), flush=True)
         finally:
             broker.stop()
 

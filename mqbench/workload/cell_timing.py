@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.registry import get_target
@@ -33,6 +34,11 @@ from mqbench.workload.realtime import (
     policy_name,
     process_cpus,
 )
+
+CPUSET_RUNTIMES: Final = frozenset({"native"})
+"""Runtimes that pin a broker under a resources profile to ``Profile.cpuset`` (native: its
+cgroup's cpuset). A docker broker gets a CPU quota without a cpuset, so it may run on every
+CPU; the decision after start reads the CPUs from the kernel either way."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +91,10 @@ class RunTiming:
             pid = scenario.broker.pid
             local = _loopback(scenario.broker.host)
             return BrokerPlacement(local, process_cpus([pid]) if pid else ())
-        if scenario.runtime == "native" and cell.resources:
-            limit = get_profile(cell.resources).cpus
-            if limit is not None and limit < len(cpus):
-                return BrokerPlacement(True, cpus[:limit])
+        if scenario.runtime in CPUSET_RUNTIMES and cell.resources:
+            pinned = get_profile(cell.resources).cpuset(cpus)
+            if pinned is not None:
+                return BrokerPlacement(True, pinned)
         return BrokerPlacement(True, cpus)
 
     def placement(self, broker: RunningBroker) -> BrokerPlacement:

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from mqbench.errors import ScenarioError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.timing import TimingEntry, WakeupFloor
+from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.matrix import expand
+from mqbench.scenario.model import Scenario
+from mqbench.workload.cell_timing import RunTiming, TimingHints
 from mqbench.workload.realtime import (
     SMALL_SHARE_CORES,
     BrokerPlacement,
@@ -146,3 +151,73 @@ def test_a_malformed_timing_record_names_the_cell_and_the_key() -> None:
     bad = {"id": "c", "timing": {"mode": "auto", "policy": "rr", "reason": ""}}
     with pytest.raises(CellEntryError, match=r"cell c: timing: timing\.policy 'rr'"):
         CellEntry.from_dict(bad)
+
+
+def _scenario(runtime: str = "native", realtime: str = "on", **extra: object) -> Scenario:
+    data: dict[str, object] = {
+        "name": "t",
+        "targets": ["mosquitto"],
+        "runtime": runtime,
+        "workload": {"pairs": 10, "rate": 10, "payload": "64B", "duration": "2s"},
+        "generator": {"realtime": realtime},
+        **extra,
+    }
+    if runtime == "external":
+        data["broker"] = {"port": 1883}
+    return validate_scenario(data, "t.yaml")
+
+
+def _timing(scenario: Scenario, permission: str | None = None) -> RunTiming:
+    return RunTiming(scenario, machine=MachineFacts(cpus=(0, 1), permission=permission))
+
+
+def test_a_native_profile_predicts_the_broker_on_the_first_cpus() -> None:
+    scenario = _scenario(resources=["1cpu-2g"])
+    timing = _timing(scenario)
+    cell = expand(scenario)[0]
+    assert timing.predicted_placement(cell) == BrokerPlacement(True, (0,))
+    timing.check(expand(scenario))  # room on CPU 1: accepted
+
+
+def test_a_docker_profile_sets_a_quota_not_a_cpuset_so_the_broker_may_use_every_cpu() -> None:
+    scenario = _scenario(runtime="docker", resources=["1cpu-2g"])
+    cell = expand(scenario)[0]
+    assert _timing(scenario).predicted_placement(cell) == BrokerPlacement(True, (0, 1))
+
+
+def test_an_external_broker_on_loopback_counts_as_local() -> None:
+    scenario = _scenario(runtime="external")
+    placement = _timing(scenario).predicted_placement(expand(scenario)[0])
+    assert placement.local and placement.cpus == ()
+
+
+def test_the_run_refuses_realtime_on_for_a_cell_without_permission_in_one_line() -> None:
+    scenario = _scenario(resources=["1cpu-2g"])
+    with pytest.raises(ScenarioError) as caught:
+        _timing(scenario, permission="operation not permitted").check(expand(scenario))
+    assert str(caught.value) == (
+        "mosquitto-64B-10pairs-10hz-qos0-1cpu-2g: generator.realtime on: no permission for "
+        "SCHED_FIFO (operation not permitted)"
+    )
+
+
+def test_the_calibrated_floor_of_the_decided_policy_goes_to_the_cell() -> None:
+    floor = WakeupFloor("fifo+dma", 16.0, 26.0, 59.0, 120.0, 3000)
+    scenario = _scenario(resources=["1cpu-2g"])
+    timing = RunTiming(
+        scenario,
+        TimingHints(wakeup={"fifo+dma": floor}),
+        MachineFacts(cpus=(0, 1), permission=None),
+    )
+    decision = timing.decide(expand(scenario)[0], BrokerPlacement(True, (0,)))
+    assert timing.floor(decision) == floor
+    off = _scenario(realtime="off")
+    decision = RunTiming(off, timing.hints, timing.machine).decide(
+        expand(off)[0], BrokerPlacement(True, (0,))
+    )
+    assert decision.policy == "other" and timing.floor(decision) is None
+
+
+def test_yaml_on_and_off_read_as_booleans_are_taken_as_the_words() -> None:
+    assert _scenario(realtime=True).generator.realtime == "on"  # type: ignore[arg-type]
+    assert _scenario(realtime=False).generator.realtime == "off"  # type: ignore[arg-type]

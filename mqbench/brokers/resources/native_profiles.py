@@ -138,14 +138,12 @@ class NativeLimiter:
         if not _limits_anything(self.profile):
             return argv
         manager = self._manager or CgroupManager()
-        cpuset: tuple[int, ...] | None = None
-        if self.profile.cpus is not None:
-            cpuset = tuple(manager.effective_cpus()[: self.profile.cpus])
-            if len(cpuset) < self.profile.cpus:
-                raise BrokerError(
-                    f"resources profile {self.profile.name!r} asks for {self.profile.cpus} CPUs "
-                    f"but mqbench's cgroup may use only CPUs {format_cpu_list(cpuset)}"
-                )
+        cpuset = self.profile.cpuset(manager.effective_cpus())
+        if cpuset is not None and self.profile.cpus is not None and len(cpuset) < self.profile.cpus:
+            raise BrokerError(
+                f"resources profile {self.profile.name!r} asks for {self.profile.cpus} CPUs "
+                f"but mqbench's cgroup may use only CPUs {format_cpu_list(cpuset)}"
+            )
         memory = self.profile.mem_mb * MIB if self.profile.mem_mb is not None else None
         name = f"{label}-{os.getpid()}-{secrets.token_hex(3)}"
         self.cgroup = manager.create(name, Limits(self.profile.cpus, cpuset, memory))

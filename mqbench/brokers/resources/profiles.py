@@ -23,6 +23,7 @@ defaults (used by a hand-run ``docker compose up``) are the ``2cpu-4g`` values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mqbench.errors import BrokerError
@@ -88,6 +89,15 @@ class Profile:
         else:
             opts.append("-XX:MaxRAMPercentage=50.0")
         return " ".join(opts)
+
+    def cpuset(self, cpus: Sequence[int]) -> tuple[int, ...] | None:
+        """The CPUs a broker under this profile is pinned to, out of ``cpus`` (the CPUs
+        mqbench may use): the first ``self.cpus`` of them, like a VM's vCPUs; None without
+        a CPU limit. The one rule every runtime that pins a profiled broker follows, so the
+        generator can be given the other CPUs (``workload.cell_timing``)."""
+        if self.cpus is None:
+            return None
+        return tuple(sorted(cpus)[: self.cpus])
 
     def env(self) -> dict[str, str]:
         """Variables the compose files read (``MQBENCH_*``)."""
