@@ -38,7 +38,8 @@ from mqbench.workload.timer import TimerfdTimer, timerfd_available
 INTERVAL_US: Final = 1000
 """One wake-up per millisecond (cyclictest's default interval)."""
 DURATION_S: Final = 3.0
-JOIN_GRACE_S: Final = 10.0
+JOIN_GRACE_S: Final = 60.0
+"""A spawned process imports mqbench first: seconds on a loaded machine."""
 
 PROBE_POLICIES: Final[tuple[RealtimeSettings | None, ...]] = (
     None,

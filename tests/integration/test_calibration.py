@@ -121,6 +121,9 @@ def test_a_short_calibration_is_saved_and_then_used_by_run(
         assert len(ceiling.steps) == 2
         # other load on the machine can fail a step through the generator's self-check
         assert ceiling.msg_s_per_worker in (None, 25.0, 50.0, 100.0)
+    other = calibration.wakeup["other"].figures
+    assert other is not None, calibration.wakeup["other"].reason
+    assert other.samples == 2000 and other.p50_us <= other.p99_us
     store.save(calibration, isolated_calibration)
     nats_ceiling = calibration.ceilings["nats"].msg_s_per_worker
 
@@ -141,6 +144,11 @@ def test_a_short_calibration_is_saved_and_then_used_by_run(
     assert recorded["figures"]["floors"]["nats"]["latency_p50_us"] == (
         calibration.floors["nats"].figures.latency_p50_us  # type: ignore[union-attr]
     )
+    assert recorded["figures"]["wakeup"]["other"]["p99_us"] == other.p99_us
+    # the cell carries the floor of the policy its workers ran under, for the verdict
+    timing = json.loads(manifest_path.read_text())["cells"][0]["timing"]
+    policy = "other" if timing["policy"] == "other" else "fifo+dma"
+    assert timing["wakeup_floor"]["policy"] == policy
     if nats_ceiling is None:  # no step passed: nothing to compare with, nothing to warn
         assert "warning:" not in result.output
         assert recorded["warnings"] == []
