@@ -9,6 +9,7 @@ import pytest
 from mqbench.errors import ScenarioError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.timing import TimingEntry, WakeupFloor
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand
 from mqbench.scenario.model import Scenario
@@ -26,6 +27,7 @@ from mqbench.workload.realtime import (
     read_throttle_share,
     release_dma_latency,
 )
+from mqbench.workload.selfcheck import generator_verdict
 
 TWO_CORES = MachineFacts(cpus=(0, 1), permission=None)
 LOCAL_ON_ALL = BrokerPlacement(local=True, cpus=(0, 1))
@@ -221,3 +223,20 @@ def test_the_calibrated_floor_of_the_decided_policy_goes_to_the_cell() -> None:
 def test_yaml_on_and_off_read_as_booleans_are_taken_as_the_words() -> None:
     assert _scenario(realtime=True).generator.realtime == "on"  # type: ignore[arg-type]
     assert _scenario(realtime=False).generator.realtime == "off"  # type: ignore[arg-type]
+
+
+def test_a_real_time_worker_at_the_throttle_is_reported_with_the_kernels_limit() -> None:
+    busy = WorkerStats(worker=0, publish_cpu_fraction=0.97, sched_policy="fifo")
+    verdict = generator_verdict([busy], late_threshold_ms=5.0, rt_throttle_share=0.95)
+    assert verdict.saturated
+    assert verdict.reasons == (
+        "worker 0 used 97% of a core under SCHED_FIFO: the kernel's real-time limit "
+        "(95% of a core) throttles it",
+    )
+
+
+def test_a_worker_that_did_not_get_the_decided_policy_is_named() -> None:
+    worker = WorkerStats(worker=1, publish_cpu_fraction=0.1, sched_policy="other")
+    verdict = generator_verdict([worker], late_threshold_ms=5.0, expected_policy="fifo")
+    assert not verdict.saturated
+    assert verdict.warnings == ("worker 1 ran other, not fifo as decided",)
