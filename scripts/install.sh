@@ -23,6 +23,8 @@ APT_PACKAGES=(
     activemq libmqtt-client-java         # target activemq (its MQTT connector needs the jar)
     postgresql                           # persistence backend of the built-in broker
     maven                                # targets hivemq, artemis: jars from Maven Central
+    rt-tests                             # cyclictest: the wake-up floor beside mqbench's own
+                                         #   probe in benchmarks/latency_sweep.py
 )
 JAVA_PACKAGE=openjdk-17-jdk-headless
 
