@@ -66,6 +66,32 @@ class HasResourceSource(Protocol):
         ...
 
 
+class FaultProxy(Protocol):
+    """A Toxiproxy a runtime started next to its broker (see ``HasFaultProxy``)."""
+
+    url: str
+    """The Toxiproxy API, published on loopback."""
+    upstream: str
+    """The broker as the proxy reaches it (``host:port`` on the proxy's network)."""
+    listen: str
+    """Where the proxy listens on its network (``0.0.0.0:<port>``)."""
+    port: int
+    """Where clients connect on this machine."""
+
+    def stop(self) -> None:
+        """Remove the proxy's container(s); idempotent; never raises."""
+        ...
+
+
+@runtime_checkable
+class HasFaultProxy(Protocol):
+    """A running broker that can start a Toxiproxy on its own network (docker runtime)."""
+
+    def start_fault_proxy(self) -> FaultProxy:
+        """Start the proxy and return once its API answers; ``BrokerError`` otherwise."""
+        ...
+
+
 @dataclass(frozen=True)
 class BrokerSecurity:
     """TLS and credentials a runtime configures the broker with (scenario ``security``).

@@ -172,8 +172,10 @@ def run(
             preflight(scenario, chosen, out_root)
             _print_outline(scenario, outline(scenario, chosen, out_root))
             _print_calibration_notes(check)
+            _print_runtime_notes(scenario)
             return
         _print_calibration_notes(check)
+        _print_runtime_notes(scenario)
         _run(scenario, data, scenario_file, out_root, selected, no_analyze, master, check)
 
     guarded(go)
@@ -183,6 +185,14 @@ def _print_calibration_notes(check: CalibrationCheck) -> None:
     """One line per cell above its client's calibrated ceiling (and a stale calibration)."""
     for line in check.notes():
         console.print(Text.assemble(("warning: ", "yellow"), line))
+
+
+def _print_runtime_notes(scenario: Any) -> None:
+    """One line per limit the runtime gives less of than asked (e.g. Docker's nofile)."""
+    from mqbench.workload.preflight import runtime_notes
+
+    for line in runtime_notes(scenario):
+        console.print(Text.assemble(("note: ", "yellow"), line))
 
 
 def _print_outline(scenario: Any, plan: RunOutline) -> None:
@@ -382,6 +392,7 @@ def scenario_validate(
         except ScenarioError as exc:
             raise type(exc)(f"{scenario_file}: {exc}") from None
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
+        _print_runtime_notes(scenario)
 
     guarded(go)
 

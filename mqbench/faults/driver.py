@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,26 @@ from mqbench.scenario.model import Faults
 STREAMS = {"up": (UPSTREAM,), "down": (DOWNSTREAM,), "both": (UPSTREAM, DOWNSTREAM)}
 
 
+@dataclass(frozen=True)
+class ProxySite:
+    """A Toxiproxy started for the cell by someone else, with its own view of the network:
+    the docker runtime's Toxiproxy container (``faults.proxy: container``) reaches the
+    broker by its service name and listens on a port published on this machine."""
+
+    url: str
+    """The Toxiproxy API (published on loopback)."""
+    upstream: str
+    """The broker as the proxy reaches it (``host:port`` inside its network)."""
+    listen: str
+    """The proxy's listen address inside its network (``0.0.0.0:<port>``)."""
+    port: int
+    """The port clients connect to on this machine."""
+
+
 def check_faults(faults: Faults) -> None:
     """The toxic is known and valid, and a configured Toxiproxy answers (bounded wait)."""
     validate_toxic(faults.type, dict(faults.attributes), stream=DOWNSTREAM)
-    if faults.proxy != "builtin":
+    if faults.proxy not in ("builtin", "container"):
         ToxiproxyClient(faults.proxy).check()
 
 
@@ -65,13 +82,25 @@ class FaultDriver:
         """The Toxiproxy API in use."""
         return self._client.url if self._client else None
 
-    def start(self, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1") -> int:
+    def start(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        listen_host: str = "127.0.0.1",
+        site: ProxySite | None = None,
+    ) -> int:
         """Start (or reach) the proxy server, create this cell's proxy; return its port.
 
         The proxy listens on ``listen_host`` (loopback unless the scenario binds the broker
-        to another address, so that clients on other machines reach it).
+        to another address, so that clients on other machines reach it). With ``site`` (a
+        Toxiproxy in a container), its API, upstream and listen address are used instead
+        and clients connect to ``site.port``.
         """
-        if self.faults.proxy == "builtin":
+        upstream = f"{upstream_host}:{upstream_port}"
+        if site is not None:
+            self._client = ToxiproxyClient(site.url)
+            upstream = site.upstream
+        elif self.faults.proxy == "builtin":
             self._process = start_proxy_process(seed=self.seed)
             self._client = ToxiproxyClient(self._process.url)
         else:
@@ -80,16 +109,17 @@ class FaultDriver:
         self._client.delete_proxy(self.name, missing_ok=True)
         listen = f"[{listen_host}]:0" if ":" in listen_host else f"{listen_host}:0"
         proxy = self._client.create_proxy(
-            self.name, f"{upstream_host}:{upstream_port}", listen=listen
+            self.name, upstream, listen=site.listen if site is not None else listen
         )
         self.events(
             EventKind.FAULT_PROXY_STARTED,
             url=self._client.url,
             builtin=self.faults.proxy == "builtin",
             listen=f"{proxy.listen_host}:{proxy.listen_port}",
-            upstream=f"{upstream_host}:{upstream_port}",
+            upstream=upstream,
+            **({"published_port": site.port} if site is not None else {}),
         )
-        return proxy.listen_port
+        return site.port if site is not None else proxy.listen_port
 
     def plan(self, warmup_s: float, duration_s: float) -> list[FaultWindow]:
         """The fault windows (seconds after the warm-up) for a run of ``duration_s``."""

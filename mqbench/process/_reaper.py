@@ -5,20 +5,28 @@ working whatever state mqbench is in. Protocol on stdin, one line per message::
 
     add <pid> <start time>     guard the process group led by <pid>
     del <pid>                  forget it (mqbench stopped it)
+    compose <project> <docker> guard a Docker Compose project (<docker>: the CLI's path)
+    uncompose <project>        forget it (mqbench took it down)
 
 At end-of-file (mqbench exited, however it exited) every guarded group still present gets
-SIGTERM, and SIGKILL after ``GRACE_S``; then the reaper exits.
+SIGTERM, and SIGKILL after ``GRACE_S``; then every guarded compose project is taken down,
+newest first (``docker compose -p <project> down -v --remove-orphans``: its containers,
+networks and volumes, found by the project label Compose puts on them); then the reaper
+exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 
 GRACE_S = 3.0
 POLL_S = 0.05
+COMPOSE_DOWN_TIMEOUT_S = 120.0
 
 
 def start_time(pid: int) -> int | None:
@@ -76,20 +84,47 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def compose_down(project: str, docker: str) -> None:
+    """Remove a compose project's containers, networks and volumes (bounded in time)."""
+    argv = [docker, "compose", "-p", project, "down", "-v", "--remove-orphans", "-t", "2"]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=COMPOSE_DOWN_TIMEOUT_S,
+            check=False,
+        )
+
+
 def main() -> int:
     for name in ("SIGINT", "SIGHUP", "SIGPIPE"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     os.chdir("/")
     guarded: dict[int, int] = {}
+    projects: dict[str, str] = {}
     for raw in sys.stdin.buffer:
-        parts = raw.decode("ascii", "replace").split()
+        parts = raw.decode("utf-8", "replace").split()
         try:
             if parts[0] == "add" and len(parts) == 3:
                 guarded[int(parts[1])] = int(parts[2])
             elif parts[0] == "del" and len(parts) == 2:
                 guarded.pop(int(parts[1]), None)
+            elif parts[0] == "compose" and len(parts) == 3:
+                projects[parts[1]] = parts[2]
+            elif parts[0] == "uncompose" and len(parts) == 2:
+                projects.pop(parts[1], None)
         except (IndexError, ValueError):
             continue
+    reap_groups(guarded)
+    for project, docker in reversed(projects.items()):  # newest first: a proxy joined to a
+        compose_down(project, docker)  # broker's network goes before that network
+    return 0
+
+
+def reap_groups(guarded: dict[int, int]) -> None:
+    """SIGTERM every guarded group still there, SIGKILL what remains after ``GRACE_S``."""
     targets = {pid: t for pid, t in guarded.items() if signal_group(pid, t, signal.SIGTERM)}
     deadline = time.monotonic() + GRACE_S
     while targets and time.monotonic() < deadline:
@@ -97,7 +132,6 @@ def main() -> int:
         time.sleep(POLL_S)
     for pid, started in targets.items():
         signal_group(pid, started, signal.SIGKILL)
-    return 0
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def _send(line: str) -> bool:
         if pipe is None:
             return False
         try:
-            pipe.write(line.encode("ascii"))
+            pipe.write(line.encode("utf-8"))
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -135,6 +135,23 @@ def release(pid: int) -> None:
     if _pipe is None or _reaper_owner != os.getpid():
         return
     _send(f"del {pid}\n")
+
+
+def guard_compose(project: str, docker: str) -> bool:
+    """Register a Docker Compose project: the reaper takes it down if mqbench dies first.
+
+    ``project`` and ``docker`` (the CLI's path) must not contain white space.
+    """
+    if any(ch.isspace() for ch in project + docker):
+        return False
+    return _send(f"compose {project} {docker}\n")
+
+
+def release_compose(project: str) -> None:
+    """Unregister ``project`` (mqbench took it down)."""
+    if _pipe is None or _reaper_owner != os.getpid():
+        return
+    _send(f"uncompose {project}\n")
 
 
 def reaper_pid() -> int | None:

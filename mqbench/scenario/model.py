@@ -356,7 +356,9 @@ class Faults(_Strict):
     )
     schedule: FaultSchedule
     proxy: str = Field(
-        default="builtin", description="builtin, or the URL of a Toxiproxy API on loopback"
+        default="builtin",
+        description="builtin; container (a Toxiproxy container on the broker's network, "
+        "runtime: docker); or the URL of a Toxiproxy API on loopback",
     )
 
     @model_validator(mode="after")
@@ -370,7 +372,7 @@ class Faults(_Strict):
                 )
             if value < 0:
                 raise ValueError(f"toxic attribute {name!r} must be >= 0, got {value}")
-        if self.proxy != "builtin":
+        if self.proxy not in ("builtin", "container"):
             from urllib.parse import urlparse
 
             host = urlparse(self.proxy).hostname or ""
@@ -534,6 +536,11 @@ class Scenario(_Strict):
                 )
 
     def _check_faults(self, faults: Faults) -> None:
+        if faults.proxy == "container" and self.runtime != "docker":
+            raise ValueError(
+                "faults.proxy 'container' runs Toxiproxy next to a broker in Docker; it needs "
+                "runtime: docker (use proxy: builtin otherwise)"
+            )
         w = self.workload
         groups = set()
         if w.groups is not None:

@@ -66,6 +66,15 @@ def preflight(
     return chosen
 
 
+def runtime_notes(scenario: Scenario) -> list[str]:
+    """One line per limit the scenario's runtime cannot give as asked (not a refusal: the
+    run goes on with what the host allows, e.g. Docker's ``nofile`` capped at the host's
+    hard limit; the manifest records what was given)."""
+    runtime = get_runtime(scenario.runtime)
+    notes = getattr(runtime, "notes", None)
+    return list(notes()) if callable(notes) else []
+
+
 def check_clients(scenario: Scenario) -> None:
     """Every client of every target can give the QoS and sessions the scenario asks for."""
     for target_name in scenario.targets:

@@ -14,13 +14,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from mqbench.brokers.base import HasResourceSource, RunningBroker, StartRequest
+from mqbench.brokers.base import HasFaultProxy, HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.resources.sampler import ResourceSampler
 from mqbench.brokers.runtime.liveness import BrokerExit, WatchesExit
 from mqbench.brokers.runtime.registry import get_runtime
-from mqbench.errors import LoadTaskLost, MqbenchError, ResultsWriteError, ScenarioError
-from mqbench.faults.driver import FaultDriver
+from mqbench.errors import (
+    BrokerError,
+    LoadTaskLost,
+    MqbenchError,
+    ResultsWriteError,
+    ScenarioError,
+)
+from mqbench.faults.driver import FaultDriver, ProxySite
 from mqbench.process import interrupts
 from mqbench.records.cell_entry import (
     BrokerExitEntry,
@@ -37,7 +43,7 @@ from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.records.timing import TimingEntry
 from mqbench.scenario.matrix import Cell, broker_options, expand
-from mqbench.scenario.model import Scenario
+from mqbench.scenario.model import Faults, Scenario
 from mqbench.scenario.security import redact, redact_argv
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, pending_bound
@@ -486,7 +492,10 @@ def _run_cell(
             )
             reporter.phase(cell, f"starting fault proxy ({scenario.faults.proxy})")
             proxy_port = faults.start(
-                broker.endpoint.host, broker.endpoint.port, listen_host=scenario.broker.host
+                broker.endpoint.host,
+                broker.endpoint.port,
+                listen_host=scenario.broker.host,
+                site=_container_proxy(scenario.faults, broker),
             )
         reporter.phase(cell, f"connecting {cell.connections} clients")
         plans = build_worker_plans(
@@ -576,6 +585,16 @@ def _run_cell(
         raise
     finally:
         _teardown(cell_dir, events, sampler, faults, broker)
+
+
+def _container_proxy(faults: Faults, broker: RunningBroker) -> ProxySite | None:
+    """``faults.proxy: container``: the runtime's Toxiproxy container next to the broker."""
+    if faults.proxy != "container":
+        return None
+    if not isinstance(broker, HasFaultProxy):
+        raise BrokerError("faults.proxy 'container' needs a broker in Docker (runtime: docker)")
+    proxy = broker.start_fault_proxy()
+    return ProxySite(proxy.url, proxy.upstream, proxy.listen, proxy.port)
 
 
 def _spark_stage(

@@ -43,11 +43,14 @@ for rule in rules:
         sys.exit(rule.get("rc", 0))
 """
 
+ENGINE_INFO = {"ServerVersion": "27.3.1", "NCPU": 8, "MemTotal": 16 * 1024**3, "CgroupVersion": "2"}
+"""What ``docker info --format '{{json .}}'`` answers for the healthy fake engine."""
 HEALTHY_ENGINE = [
     {"match": ["compose", "version"], "stdout": "2.29.7\n"},
-    {"match": ["info"], "stdout": "27.3.1\n"},
+    {"match": ["info"], "stdout": json.dumps(ENGINE_INFO) + "\n"},
 ]
-"""Rules for a working CLI, compose plugin and engine."""
+"""Rules for a working CLI, compose plugin and engine (every image present: ``image
+inspect`` matches no rule and succeeds)."""
 
 
 @dataclass
@@ -73,6 +76,10 @@ class FakeDocker:
     def argvs(self) -> list[list[str]]:
         """The argv of every call."""
         return [c["argv"] for c in self.calls()]
+
+    def image_calls(self) -> list[list[str]]:
+        """``docker image inspect`` and ``docker pull`` calls, in order."""
+        return [a for a in self.argvs() if a[:2] == ["image", "inspect"] or a[:1] == ["pull"]]
 
     def compose_verbs(self) -> list[str]:
         """The compose sub-command of every ``docker compose -p ...`` call, in order."""

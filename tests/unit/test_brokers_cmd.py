@@ -97,7 +97,7 @@ def test_docker_up_without_compose_plugin_explains_and_records_nothing(
     fake.set_rules({"match": ["compose"], "stderr": "docker: unknown command\n", "rc": 1})
     code, out = invoke("up", "emqx", "--runtime", "docker")
     assert code == 1
-    assert out.startswith("error: emqx (docker): the docker compose plugin is missing")
+    assert out.startswith("error: emqx (docker): the docker compose plugin (Compose v2) is missing")
     assert find_states() == []
 
 

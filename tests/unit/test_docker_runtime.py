@@ -12,14 +12,12 @@ import pytest
 from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docker
 
 import mqbench.brokers.definitions.tbmq as tbmq_definition
+import mqbench.brokers.docker.runtime as docker_runtime
 from mqbench.brokers.base import HasResourceSource, StartRequest
 from mqbench.brokers.docker.compose import compose_dir
-from mqbench.brokers.docker.runtime import (
-    DockerRuntime,
-    engine_remote_host,
-    failed_services,
-    parse_ps_json,
-)
+from mqbench.brokers.docker.engine import engine_remote_host
+from mqbench.brokers.docker.project import failed_services, parse_ps_json
+from mqbench.brokers.docker.runtime import DockerRuntime
 from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.errors import BrokerError, ScenarioError
 
@@ -80,9 +78,10 @@ def test_missing_compose_plugin_is_explained(fake: FakeDocker) -> None:
     availability = DockerRuntime().availability("emqx")
     assert not availability.available
     assert availability.reason == (
-        "the docker compose plugin is missing (`docker compose version` failed: docker: "
-        "unknown command: docker compose); install the docker-compose-plugin package "
-        "(Compose v2)"
+        "the docker compose plugin (Compose v2) is missing (`docker compose version` failed: "
+        "docker: unknown command: docker compose); install Compose v2 as a CLI plugin "
+        "(Debian 13+/Docker's apt repository: docker-compose-plugin; on Debian 12, "
+        "scripts/install.sh --dev builds it into ~/.docker/cli-plugins/)"
     )
 
 
@@ -105,7 +104,7 @@ def test_engine_checks_run_once_per_runtime(fake: FakeDocker) -> None:
     assert rt.availability("nats").available and rt.availability("redis").available
     assert fake.argvs() == [
         ["compose", "version", "--short"],
-        ["info", "--format", "{{.ServerVersion}}"],
+        ["info", "--format", "{{json .}}"],
     ]
 
 
@@ -150,6 +149,7 @@ def test_start_waits_healthy_and_records_images_profile_and_ports(
     assert info["version"] == "eclipse-mosquitto:2.0.20"
     assert info["images"]["mosquitto"]["kind"] == "official"
     assert info["engine_version"] == "27.3.1" and info["compose_version"] == "2.29.7"
+    assert up["env"]["MQBENCH_NOFILE"] == str(info["nofile"])
     assert sdk.list_filters == [{"label": f"com.docker.compose.project={project}"}]
     assert (tmp_path / "w" / "compose.env").read_text().count("MQBENCH_") >= 9
     assert (
@@ -237,7 +237,7 @@ def test_unhealthy_container_after_timeout_shows_its_last_log_lines(
     message = str(err.value)
     assert message.startswith("tbmq: service(s) tbmq not healthy within 300 s (docker: container")
     assert message.endswith("Failed to connect to kafka:9092")
-    assert fake.compose_verbs() == ["up", "ps", "logs", "down"]
+    assert fake.compose_verbs() == ["up", "ps", "logs", "down", "down"]
     up = next(a for a in fake.argvs() if "up" in a)
     assert up[-1] == "300"  # the request's 5 s is raised to TBMQ's start-up floor
 
@@ -258,21 +258,30 @@ def test_requested_port_already_taken_fails_before_compose(
     assert fake.compose_verbs() == []
 
 
-def test_port_allocated_by_docker_is_a_clear_message_and_cleans_up(
-    fake: FakeDocker, tmp_path: Path
+def test_a_port_taken_between_the_choice_and_up_is_named_with_the_log_lines(
+    fake: FakeDocker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake.set_rules(
         *HEALTHY_ENGINE,
         {
             "match": ["compose", "up"],
-            "stderr": "Error response from daemon: driver failed programming external "
-            "connectivity: Bind for 127.0.0.1:18830 failed: port is already allocated\n",
+            "stderr": "Error response from daemon: driver failed\n",
             "rc": 1,
         },
+        {"match": ["compose", "logs"], "stdout": "redis-1  | (no output)\n"},
     )
-    with pytest.raises(BrokerError, match=r"redis: port \d+ on 127.0.0.1 is already in use"):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    monkeypatch.setattr(docker_runtime, "free_port", lambda host: taken)
+    with holder, pytest.raises(BrokerError) as err:
         runtime(FakeSdk({})).start(StartRequest("redis", tmp_path / "w"))
-    assert fake.compose_verbs() == ["up", "down"]
+    assert str(err.value) == (
+        f"redis: port {taken} on 127.0.0.1 is already in use by another program (docker: "
+        "Error response from daemon: driver failed); last log lines: redis-1  | (no output)"
+    )
+    assert fake.compose_verbs() == ["up", "ps", "logs", "down", "down"]
 
 
 def test_tbmq_waits_for_health_and_turns_basic_auth_off_by_default(

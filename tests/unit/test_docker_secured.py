@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from compose_schema import compose_errors
-from docker_fakes import FakeDocker, FakeSdk, install_fake_docker
+from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docker
 
 from mqbench.brokers.base import BrokerSecurity, StartRequest
 from mqbench.brokers.docker.compose import compose_dir, interpolate_tree, load_compose
@@ -334,7 +334,7 @@ def test_a_secured_docker_run_that_fails_leaves_no_secret_in_results_or_console(
 ) -> None:
     fake.set_rules(
         {"match": ["compose", "version"], "stdout": "2.29.7\n"},
-        {"match": ["info"], "stdout": "27.3.1\n"},
+        HEALTHY_ENGINE[1],
         {"match": ["compose", "up"], "stderr": "container mosquitto is unhealthy\n", "rc": 1},
         {"match": ["compose", "logs"], "stdout": "mosquitto-1 | Opening ipv4 listen socket\n"},
     )

@@ -36,28 +36,32 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
-import json
 import os
-import re
 import secrets
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import yaml
 
 from mqbench.brokers.base import Availability, BrokerSecurity, StartRequest
 from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry, compose_dir, load_compose, service_images
+from mqbench.brokers.docker.engine import (
+    CHECK_TIMEOUT_S,
+    DockerCli,
+    EngineFacts,
+    check_engine,
+    engine_remote_host,
+    last_lines,
+)
+from mqbench.brokers.docker.fault_proxy import BrokerSite, ContainerToxiproxy, start_toxiproxy
 from mqbench.brokers.docker.image_engine import SdkEngine
 from mqbench.brokers.docker.images import ImageEngine, ImageSelector, choose_images, image_policy
+from mqbench.brokers.docker.project import ComposeProject, failed_services
 from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
     MOUNT_WORK,
@@ -77,17 +81,14 @@ from mqbench.brokers.runtime.native_spec import ReadyCheck
 from mqbench.brokers.runtime.net import free_port, is_loopback, port_in_use
 from mqbench.endpoint import Endpoint
 from mqbench.errors import BrokerError
+from mqbench.process.lifeline import guard_compose, release_compose
 
-CHECK_TIMEOUT_S = 10.0
-"""Timeout of ``docker info`` / ``docker compose version``."""
+PROJECT_PREFIX = "mqbench-"
+"""Every compose project mqbench starts is named ``mqbench-<target>-<6 hex digits>``."""
 UP_GRACE_S = 60.0
-"""Extra time the ``up`` subprocess gets beyond ``--wait-timeout`` (create, network, build)."""
+"""Extra time the ``up`` subprocess gets beyond ``--wait-timeout`` (create, network)."""
 BUILD_GRACE_S = 900.0
-"""Extra time for targets whose image is built locally (tbmq-style)."""
-DOWN_TIMEOUT_S = 120.0
-"""How long ``docker compose down`` may take."""
-STOP_GRACE_S = 10
-"""Seconds containers get between SIGTERM and SIGKILL on ``down``."""
+"""Extra time when ``up`` builds an image (a buildable service whose image is nowhere)."""
 TAIL_LINES_ON_ERROR = 15
 RUNTIME_OPTIONS = frozenset({"resources", "profile", "bind"})
 """Options the docker runtime understands for every target (``StartRequest.options``); a
@@ -97,159 +98,6 @@ target's docker hooks may add their own (``DockerHooks.options``)."""
 def known_options() -> frozenset[str]:
     """Every docker runtime option: the runtime's own and those of every target's hooks."""
     return RUNTIME_OPTIONS | frozenset(docker_option_owners())
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
-def _last_lines(text: str, n: int = 3) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " | ".join(lines[-n:])
-
-
-def engine_remote_host(env: Mapping[str, str]) -> str | None:
-    """The engine's host name when ``DOCKER_HOST`` points at another machine, else None."""
-    raw = env.get("DOCKER_HOST", "").strip()
-    if not raw or raw.startswith(("unix://", "npipe://", "fd://")):
-        return None
-    host = urlparse(raw).hostname
-    if not host or host == "localhost":
-        return None
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(host).is_loopback:
-            return None
-    return host
-
-
-class DockerCli:
-    """Runs ``docker`` commands as subprocesses with timeouts (found on ``PATH`` per call)."""
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        """Use ``env`` for lookups and child processes (default: ``os.environ`` at call time)."""
-        self._env = env
-
-    @property
-    def env(self) -> dict[str, str]:
-        """The environment children get."""
-        return dict(os.environ if self._env is None else self._env)
-
-    def binary(self) -> str | None:
-        """Path of the docker CLI, or None."""
-        return shutil.which("docker", path=self.env.get("PATH"))
-
-    def run(
-        self, args: list[str], timeout_s: float, extra_env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """Run ``docker <args>``; ``BrokerError`` when the CLI is missing or it times out."""
-        docker = self.binary()
-        if docker is None:
-            raise BrokerError("the docker CLI is not installed")
-        env = self.env
-        env.update(extra_env or {})
-        try:
-            return subprocess.run(
-                [docker, *args],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise BrokerError(
-                f"`docker {' '.join(args[:4])}` did not finish within {timeout_s:g} s"
-            ) from exc
-        except OSError as exc:
-            raise BrokerError(f"cannot run {docker}: {exc}") from exc
-
-
-@dataclass
-class ComposeProject:
-    """One compose project: its name, file and the variables it was started with."""
-
-    name: str
-    file: Path
-    variables: dict[str, str] = field(default_factory=dict)
-    cli: DockerCli = field(default_factory=DockerCli)
-
-    def _base(self) -> list[str]:
-        return ["compose", "-p", self.name, "-f", str(self.file)]
-
-    def run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-        """``docker compose -p <name> -f <file> <args>`` with the project's variables."""
-        return self.cli.run([*self._base(), *args], timeout_s, self.variables)
-
-    def down(self) -> subprocess.CompletedProcess[str]:
-        """Remove containers, networks, volumes and orphans of the project."""
-        return self.run(
-            ["down", "-v", "--remove-orphans", "--timeout", str(STOP_GRACE_S)], DOWN_TIMEOUT_S
-        )
-
-    def logs(self, lines: int, services: list[str] | None = None) -> str:
-        """The last ``lines`` log lines per service ('' when they cannot be read)."""
-        try:
-            proc = self.run(
-                ["logs", "--no-color", "--tail", str(lines), *(services or [])], CHECK_TIMEOUT_S
-            )
-        except BrokerError:
-            return ""
-        return proc.stdout.rstrip("\n")
-
-    def ps(self) -> list[dict[str, Any]]:
-        """``docker compose ps -a --format json`` as a list (both JSON shapes compose emits)."""
-        try:
-            proc = self.run(["ps", "-a", "--format", "json"], CHECK_TIMEOUT_S)
-        except BrokerError:
-            return []
-        if proc.returncode != 0:
-            return []
-        return parse_ps_json(proc.stdout)
-
-
-def parse_ps_json(text: str) -> list[dict[str, Any]]:
-    """Parse ``compose ps --format json``: a JSON array (old) or one object per line (new)."""
-    text = text.strip()
-    if not text:
-        return []
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, list):
-        return [d for d in data if isinstance(d, dict)]
-    if isinstance(data, dict):
-        return [data]
-    rows: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            item = json.loads(line)
-            if isinstance(item, dict):
-                rows.append(item)
-    return rows
-
-
-def failed_services(ps_rows: list[dict[str, Any]]) -> list[str]:
-    """Services that are unhealthy, exited or dead (from ``parse_ps_json`` rows)."""
-    bad: list[str] = []
-    for row in ps_rows:
-        health = str(row.get("Health", "")).lower()
-        state = str(row.get("State", "")).lower()
-        if health == "unhealthy" or state in ("exited", "dead", "restarting"):
-            service = str(row.get("Service") or row.get("Name") or "?")
-            if service not in bad:
-                bad.append(service)
-    return bad
-
-
-_PORT_TAKEN = re.compile(r"port is already allocated|address already in use", re.IGNORECASE)
-_PULL_FAILED = re.compile(
-    r"pull access denied|manifest unknown|manifest for .* not found|failed to resolve reference"
-    r"|repository does not exist|no such host|toomanyrequests|unauthorized",
-    re.IGNORECASE,
-)
 
 
 class DockerBroker:
@@ -263,10 +111,14 @@ class DockerBroker:
         containers: list[ContainerRef],
         stats_reader: Callable[[str], Mapping[str, Any]] | None,
         inspect: ContainerInspector | None = None,
+        site: BrokerSite | None = None,
     ) -> None:
         """Wrap a started project; ``containers`` are sampled through ``stats_reader`` and
-        watched for exits through ``inspect`` (``APIClient.inspect_container``)."""
+        watched for exits through ``inspect`` (``APIClient.inspect_container``); ``site``
+        says where the broker is on its network (for a Toxiproxy container next to it)."""
         self.project = project
+        self.site = site
+        self._fault_proxy: ContainerToxiproxy | None = None
         self._endpoint = endpoint
         self._info = info
         self.containers = containers
@@ -287,6 +139,15 @@ class DockerBroker:
     def endpoint(self) -> Endpoint:
         """Where clients connect."""
         return self._endpoint
+
+    def start_fault_proxy(self) -> ContainerToxiproxy:
+        """A Toxiproxy container on this project's network (``fault_proxy.py``)."""
+        if self.site is None:
+            raise BrokerError(f"{self.project.name}: no network site known for a fault proxy")
+        if self._fault_proxy is None:
+            docker = self.project.cli.binary() or "docker"
+            self._fault_proxy = start_toxiproxy(self.site, docker)
+        return self._fault_proxy
 
     @property
     def pids(self) -> list[int]:
@@ -316,11 +177,15 @@ class DockerBroker:
             self._stopped = True
             if self._watch is not None:
                 self._watch.cancel()
+            if self._fault_proxy is not None:
+                self._fault_proxy.stop()
             try:
                 proc = self.project.down()
                 self._info["down_exit_code"] = proc.returncode
                 if proc.returncode != 0:
-                    self._info["down_error"] = _last_lines(proc.stderr)
+                    self._info["down_error"] = last_lines(proc.stderr)
+                else:
+                    release_compose(self.project.name)
             except Exception as exc:  # stop() must never raise
                 self._info["down_error"] = str(exc)
 
@@ -337,6 +202,26 @@ def _sdk_client(env: Mapping[str, str]) -> Any:
     import docker  # the Docker SDK; imported here so the module loads without it
 
     return docker.from_env(environment=dict(env), timeout=int(CHECK_TIMEOUT_S))
+
+
+@dataclass
+class _Launch:
+    """One start in progress: what ``_prepare`` decided, what ``_launch`` found."""
+
+    definition: TargetDefinition
+    entry: ComposeEntry
+    profile: Profile
+    project: ComposeProject
+    ports: dict[str, int]
+    bind: str
+    endpoint_host: str
+    facts: EngineFacts
+    staged: StagedConfig | None
+    resolved: dict[str, Any]
+    timeout_s: float
+    image_choices: dict[str, Any] = field(default_factory=dict)
+    """Per service: the image chosen and whether it is official or local (``images.py``)."""
+    hook_facts: dict[str, Any] = field(default_factory=dict)
 
 
 class DockerRuntime:
@@ -360,7 +245,7 @@ class DockerRuntime:
         self._image_engine = image_engine or self._sdk_images
         self._compose_folder = compose_folder
         self._wait_ready = wait_ready or wait_until_ready
-        self._engine: tuple[str | None, dict[str, str]] | None = None
+        self._engine: EngineFacts | str | None = None
 
     def _sdk_images(self, sdk: Any) -> ImageEngine:
         return SdkEngine(self.cli.env, client=sdk, cli=self.cli.run)
@@ -370,43 +255,22 @@ class DockerRuntime:
         """The folder holding the compose files."""
         return self._compose_folder or compose_dir()
 
-    def engine_problem(self) -> str | None:
-        """None when CLI, compose plugin and engine work; otherwise what is missing (cached)."""
+    def engine(self) -> EngineFacts | str:
+        """The engine's facts, or one line on what is missing (checked once, then cached)."""
         if self._engine is None:
-            self._engine = self._check_engine()
-        return self._engine[0]
+            self._engine = check_engine(self.cli)
+        return self._engine
 
-    def _check_engine(self) -> tuple[str | None, dict[str, str]]:
-        facts: dict[str, str] = {}
-        if self.cli.binary() is None:
-            return (
-                "the docker CLI is not installed (install Docker Engine and the compose "
-                "plugin: https://docs.docker.com/engine/install/)",
-                facts,
-            )
-        try:
-            compose = self.cli.run(["compose", "version", "--short"], CHECK_TIMEOUT_S)
-        except BrokerError as exc:
-            return f"`docker compose version` failed: {exc}", facts
-        if compose.returncode != 0:
-            detail = _first_line(compose.stderr) or _first_line(compose.stdout)
-            return (
-                "the docker compose plugin is missing (`docker compose version` failed: "
-                f"{detail or 'exit ' + str(compose.returncode)}); install the "
-                "docker-compose-plugin package (Compose v2)",
-                facts,
-            )
-        facts["compose_version"] = compose.stdout.strip()
-        where = self.cli.env.get("DOCKER_HOST") or "the local socket"
-        try:
-            info = self.cli.run(["info", "--format", "{{.ServerVersion}}"], CHECK_TIMEOUT_S)
-        except BrokerError as exc:
-            return f"no Docker engine answers at {where} ({exc})", facts
-        if info.returncode != 0 or not info.stdout.strip():
-            detail = _last_lines(info.stderr, 1) or f"exit {info.returncode}"
-            return f"no Docker engine answers at {where}: {detail}", facts
-        facts["engine_version"] = info.stdout.strip()
-        return None, facts
+    def engine_problem(self) -> str | None:
+        """None when CLI, compose plugin and engine work; otherwise what is missing."""
+        engine = self.engine()
+        return engine if isinstance(engine, str) else None
+
+    def _facts(self) -> EngineFacts:
+        engine = self.engine()
+        if isinstance(engine, str):
+            raise BrokerError(engine)
+        return engine
 
     def availability(self, target: str) -> Availability:
         """Available when the target has a compose file and the engine works; else why not.
@@ -429,7 +293,8 @@ class DockerRuntime:
         return Availability(True)
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
-        """Only the docker runtime's own options (``known_options``)."""
+        """Only the docker runtime's own options (``known_options``); a resources profile
+        that fits the engine's host (docker refuses more CPUs than the host has)."""
         known = known_options()
         unknown = sorted(set(options) - known)
         if unknown:
@@ -437,6 +302,18 @@ class DockerRuntime:
                 f"unknown docker runtime option(s) {', '.join(unknown)} "
                 f"(known: {', '.join(sorted(known))})"
             )
+        engine = self.engine()
+        if not isinstance(engine, str):
+            profile = get_profile(options.get("resources") or options.get("profile"))
+            engine.limits.check_profile(profile)
+
+    def notes(self) -> list[str]:
+        """One line per limit the host cannot give as asked (e.g. ``nofile``)."""
+        engine = self.engine()
+        if isinstance(engine, str):
+            return []
+        note = engine.limits.nofile_note()
+        return [note] if note else []
 
     def check_security(self, target: str, tls: bool, auth: bool) -> None:
         """TLS and users need the target's secured container config (its definition's
@@ -470,9 +347,39 @@ class DockerRuntime:
         availability = self.availability(request.target)
         if not availability.available:
             raise BrokerError(f"{request.target}: {availability.reason}")
+        self.check_options(request.target, request.options)
+        launch = self._prepare(request)
+        guard_compose(launch.project.name, self.cli.binary() or "docker")
+        try:
+            client, containers, images = self._launch(launch, request)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                launch.project.down()
+            release_compose(launch.project.name)
+            raise
+        api = getattr(client, "api", None)
+        reader = sdk_stats_reader(api) if api is not None else None
+        inspect = getattr(api, "inspect_container", None) if api is not None else None
+        if request.outlive_mqbench:
+            release_compose(launch.project.name)
+        info = self._info(launch, request, images)
+        endpoint = Endpoint(launch.endpoint_host, launch.ports[launch.entry.port_var])
+        site = BrokerSite(
+            launch.project,
+            launch.entry.service,
+            _container_port(launch.resolved, launch.entry.service, endpoint.port),
+            launch.bind,
+            launch.facts.limits.nofile,
+            request.workdir,
+            self.folder,
+            self._choose_images,
+        )
+        return DockerBroker(launch.project, endpoint, info, containers, reader, inspect, site)
+
+    def _prepare(self, request: StartRequest) -> _Launch:
+        """Ports, variables and files of the project; nothing runs yet."""
         definition = get_definition(request.target)
         ct = compose_entry(request.target)
-        self.check_options(request.target, request.options)
         opts = request.options
         profile = get_profile(opts.get("resources") or opts.get("profile"))
         hook_variables = _hook_variables(definition, opts)
@@ -485,20 +392,20 @@ class DockerRuntime:
                 "them on that machine's interfaces, or run the broker there and use the "
                 "external runtime through an SSH tunnel (docs/docker.md)"
             )
-        endpoint_host = remote or request.host
         ports = self._ports(ct, request, bind, remote)
+        facts = self._facts()
         project = ComposeProject(
-            f"mqbench-{request.target}-{secrets.token_hex(3)}",
+            f"{PROJECT_PREFIX}{request.target}-{secrets.token_hex(3)}",
             ct.path(self.folder),
             {
                 **profile.env(),
                 "MQBENCH_BIND": bind,
+                "MQBENCH_NOFILE": str(facts.limits.nofile),
                 **{var: str(port) for var, port in ports.items()},
+                **hook_variables,
             },
             self.cli,
         )
-        project.variables.update(hook_variables)
-        image_choices = self._choose_images(project, request.target)
         try:
             request.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -506,34 +413,69 @@ class DockerRuntime:
                 f"cannot create broker work directory {request.workdir}: {exc}"
             ) from exc
         staged: StagedConfig | None = None
-        if security is not None:
-            staged = self._stage_secured(project, definition, ct, security, request, profile)
+        if request.security is not None:
+            staged = self._stage_secured(
+                project, definition, ct, request.security, request, profile
+            )
+        image_choices = self._choose_images(project, request.target)
         resolved = self._record_files(project, request.workdir)
-        timeout_s = max(request.startup_timeout_s, ct.min_startup_s)
+        return _Launch(
+            definition,
+            ct,
+            profile,
+            project,
+            ports,
+            bind,
+            remote or request.host,
+            facts,
+            staged,
+            resolved,
+            max(request.startup_timeout_s, ct.min_startup_s),
+            image_choices,
+        )
+
+    def _launch(
+        self, launch: _Launch, request: StartRequest
+    ) -> tuple[Any, list[ContainerRef], dict[str, Any]]:
+        """Images, ``up --wait``, hooks and the secured probe; raises on any failure."""
         started = time.monotonic()
-        hook_facts: dict[str, Any] = {}
-        try:
-            self._up(project, request.target, ct, timeout_s, ports[ct.port_var], bind, resolved)
-            client = self._sdk()
-            containers, images = _containers(client, project.name)
-            if definition.docker_hooks is not None:
-                remaining = max(timeout_s - (time.monotonic() - started), 5.0)
-                hook_facts = self._after_up(
-                    project,
-                    definition.docker_hooks,
-                    ct,
-                    ComposeStarted(request.target, endpoint_host, dict(ports), opts, remaining),
-                )
-            if staged is not None:
-                remaining = max(timeout_s - (time.monotonic() - started), 5.0)
-                self._secured_ready(
-                    project, request.target, ct, staged, endpoint_host, ports, remaining
-                )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                project.down()
-            raise
-        engine = self._engine[1] if self._engine else {}
+        ct, project = launch.entry, launch.project
+        self._up(launch, request.target)
+        client = self._sdk()
+        containers, images = _containers(client, project.name)
+        hooks = launch.definition.docker_hooks
+        if hooks is not None:
+            remaining = max(launch.timeout_s - (time.monotonic() - started), 5.0)
+            launch.hook_facts = self._after_up(
+                project,
+                hooks,
+                ct,
+                ComposeStarted(
+                    request.target,
+                    launch.endpoint_host,
+                    dict(launch.ports),
+                    request.options,
+                    remaining,
+                ),
+            )
+        if launch.staged is not None:
+            remaining = max(launch.timeout_s - (time.monotonic() - started), 5.0)
+            self._secured_ready(
+                project,
+                request.target,
+                ct,
+                launch.staged,
+                launch.endpoint_host,
+                launch.ports,
+                remaining,
+            )
+        return client, containers, images
+
+    def _info(
+        self, launch: _Launch, request: StartRequest, images: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Manifest facts of a started project."""
+        ct, project, facts = launch.entry, launch.project, launch.facts
         info: dict[str, Any] = {
             "name": ct.service,
             "target": request.target,
@@ -542,22 +484,25 @@ class DockerRuntime:
             "compose_file": str(project.file),
             "compose_sha256": hashlib.sha256(project.file.read_bytes()).hexdigest(),
             "variables": dict(project.variables),
-            "profile": profile.describe(),
-            "host": endpoint_host,
-            "bind": bind,
-            "port": ports[ct.port_var],
-            "ports": dict(ports),
+            "profile": launch.profile.describe(),
+            "nofile": facts.limits.nofile,
+            "host": launch.endpoint_host,
+            "bind": launch.bind,
+            "port": launch.ports[ct.port_var],
+            "ports": dict(launch.ports),
             "docker_host": self.cli.env.get("DOCKER_HOST") or None,
-            "engine_version": engine.get("engine_version"),
-            "compose_version": engine.get("compose_version"),
+            "engine_version": facts.engine_version,
+            "compose_version": facts.compose_version,
+            "cgroup_version": facts.cgroup_version,
             "services": images,
-            "images": image_choices,
+            "images": launch.image_choices,
             "version": images.get(ct.service, {}).get("image"),
             "started_ns": time.time_ns(),
         }
-        info.update(hook_facts)
-        if security is not None and staged is not None:
-            info["security"] = security.describe()
+        info.update(launch.hook_facts)
+        staged = launch.staged
+        if request.security is not None and staged is not None:
+            info["security"] = request.security.describe()
             info["secured_container"] = {
                 "user": staged.user,
                 "mounts": {
@@ -572,11 +517,7 @@ class DockerRuntime:
             )
             info["config"] = staged.plan.config_text
             info["settings"] = dict(staged.plan.settings)
-        api = getattr(client, "api", None)
-        reader = sdk_stats_reader(api) if api is not None else None
-        inspect = getattr(api, "inspect_container", None) if api is not None else None
-        endpoint = Endpoint(endpoint_host, ports[ct.port_var])
-        return DockerBroker(project, endpoint, info, containers, reader, inspect)
+        return info
 
     @staticmethod
     def _after_up(
@@ -706,47 +647,37 @@ class DockerRuntime:
         project.variables.update(variables)
         return facts
 
-    def _up(
-        self,
-        project: ComposeProject,
-        target: str,
-        ct: ComposeEntry,
-        timeout_s: float,
-        port: int,
-        bind: str,
-        resolved: Mapping[str, Any],
-    ) -> None:
-        builds = any(isinstance(s, Mapping) and "build" in s for s in resolved["services"].values())
-        limit = timeout_s + UP_GRACE_S + (BUILD_GRACE_S if builds else 0.0)
+    def _up(self, launch: _Launch, target: str) -> None:
+        """``up -d --wait``; on failure one line: a port someone else holds, the services
+        that never became healthy, or compose's own error, each with the last log lines."""
+        project, timeout_s = launch.project, launch.timeout_s
+        builds = any(f.get("kind") == "compose-build" for f in launch.image_choices.values())
         args = ["up", "-d", "--wait", "--wait-timeout", str(round(timeout_s))]
         try:
-            proc = project.run(args, limit)
+            proc = project.run(args, timeout_s + UP_GRACE_S + (BUILD_GRACE_S if builds else 0.0))
         except BrokerError as exc:
             logs = project.logs(TAIL_LINES_ON_ERROR)
             raise BrokerError(f"{target}: {exc}; last log lines: {logs or '(none)'}") from exc
         if proc.returncode == 0:
             return
-        stderr = proc.stderr
-        if _PORT_TAKEN.search(stderr):
-            raise BrokerError(
-                f"{target}: port {port} on {bind} is already in use "
-                f"(docker: {_last_lines(stderr, 1)})"
-            )
-        if _PULL_FAILED.search(stderr):
-            raise BrokerError(f"{target}: cannot pull an image: {_last_lines(stderr, 2)}")
+        docker_says = last_lines(proc.stderr, 1) or f"exit {proc.returncode}"
         bad = failed_services(project.ps())
+        logs = project.logs(TAIL_LINES_ON_ERROR, bad or None) or "(none)"
+        project.down()  # frees our own ports: what still listens belongs to someone else
+        taken = [port for port in launch.ports.values() if port_in_use(launch.bind, port)]
+        if taken:
+            raise BrokerError(
+                f"{target}: port {', '.join(map(str, taken))} on {launch.bind} is already in "
+                f"use by another program (docker: {docker_says}); last log lines: {logs}"
+            )
         if bad:
-            logs = project.logs(TAIL_LINES_ON_ERROR, bad)
             raise BrokerError(
                 f"{target}: service(s) {', '.join(bad)} not healthy within {timeout_s:g} s "
-                f"(docker: {_last_lines(stderr, 1) or 'exit ' + str(proc.returncode)}); "
-                f"last log lines: {logs or '(none)'}"
+                f"(docker: {docker_says}); last log lines: {logs}"
             )
-        logs = project.logs(TAIL_LINES_ON_ERROR)
         raise BrokerError(
-            f"{target}: `docker compose up` failed: "
-            f"{_last_lines(stderr) or 'exit ' + str(proc.returncode)}; "
-            f"last log lines: {logs or '(none)'}"
+            f"{target}: `docker compose up` failed: {last_lines(proc.stderr) or docker_says}; "
+            f"last log lines: {logs}"
         )
 
     def _sdk(self) -> Any:
@@ -815,6 +746,15 @@ def _containers(client: Any, project: str) -> tuple[list[ContainerRef], dict[str
         }
     refs.sort(key=lambda r: r.service)
     return refs, dict(sorted(images.items()))
+
+
+def _container_port(resolved: Mapping[str, Any], service: str, host_port: int) -> int:
+    """The container port that ``host_port`` publishes (``bind:host:container`` entries)."""
+    for entry in resolved["services"][service].get("ports", []):
+        parts = str(entry).rsplit(":", 2)
+        if len(parts) >= 2 and parts[-2] == str(host_port):
+            return int(parts[-1].partition("/")[0])
+    raise BrokerError(f"service {service} publishes no port as {host_port}")
 
 
 def compose_images(target: str, folder: Path | None = None) -> dict[str, str]:

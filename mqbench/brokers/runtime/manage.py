@@ -29,7 +29,9 @@ from typing import Any
 import psutil
 
 from mqbench.brokers.base import StartRequest
-from mqbench.brokers.docker.runtime import ComposeProject, DockerBroker, DockerCli
+from mqbench.brokers.docker.engine import DockerCli
+from mqbench.brokers.docker.project import ComposeProject
+from mqbench.brokers.docker.runtime import DockerBroker
 from mqbench.brokers.java import maven
 from mqbench.brokers.registry import get_target, maven_distributions
 from mqbench.brokers.resources.native_profiles import check_native_profile
