@@ -180,6 +180,7 @@ DEFINITION = BrokerDefinition(
                 port=4222,
                 healthcheck=nats_healthcheck,
                 options={"max_pending": 268435456, "extra_config": NATS_MONITOR},
+                profile_in_argv=False,  # nats.yaml sets GOMAXPROCS in the environment
             ),
             knobs=GoMaxProcs(),
         ),

@@ -550,7 +550,7 @@ class DockerRuntime:
             staged = stage_secured(definition, stage, security, "0.0.0.0", container.port)
         except OSError as exc:
             raise BrokerError(f"{request.target}: cannot write the secured config: {exc}") from exc
-        if profile.cpus is not None:
+        if profile.cpus is not None and container.profile_in_argv:
             tuned, _ = definition.knobs.tune(request.target, staged.plan, profile, {})
             staged = replace(staged, plan=replace(staged.plan, argv=tuned.argv))
         document = secured_service(load_compose(project.file), ct.service, staged)

@@ -91,6 +91,10 @@ class SecuredContainer:
     """Broker options the container needs: fixed ports, the plain compose file's limits."""
     healthcheck_logs_in: bool = False
     """The healthcheck logs in: with auth on, ``probe.password`` is written for it."""
+    profile_in_argv: bool = True
+    """Apply the profile's knobs to the command line as natively; False when the compose
+    service's environment already carries them (NATS: ``GOMAXPROCS``), so the image needs
+    no ``/usr/bin/env``."""
 
     @property
     def user(self) -> str:
