@@ -1,0 +1,95 @@
+"""`mqbench run` with `runtime: docker`, end to end, on every target whose image this
+machine can build: everything delivered (MQTT at QoS 1, the others at their QoS 0), broker
+CPU and memory from docker stats in resources.csv, the image and limits in the manifest,
+and nothing left afterwards; a container that dies mid-run makes the cell invalid."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+from docker_runs import (
+    docker,
+    finish,
+    manifest,
+    run_dir,
+    start_run,
+    wait_for_project,
+    wait_gone,
+    write_scenario,
+)
+from docker_support import ensure_images, require_engine
+
+from mqbench.analysis.api import analyze_run
+from mqbench.brokers.registry import compose_entry, get_target
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+TARGETS = [
+    "mosquitto",
+    "nats",
+    "redis",
+    "zenoh",
+    "tbmq-style",
+    pytest.param("rabbitmq-mqtt", marks=pytest.mark.slow),
+    pytest.param("rabbitmq-amqp", marks=pytest.mark.slow),
+    pytest.param("hivemq", marks=pytest.mark.slow),
+    pytest.param("artemis", marks=pytest.mark.slow),
+    pytest.param("activemq", marks=pytest.mark.slow),
+]
+SHORT = "warmup: 1s, duration: 3s, drain: 2s"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine() -> None:
+    require_engine()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_run_in_docker_delivers_everything_and_records_the_container(
+    target: str, tmp_path: Path
+) -> None:
+    ensure_images(target)
+    qos = 1 if get_target(target).transport == "mqtt" else 0
+    out = tmp_path / "results"
+    body = (
+        f"targets: [{target}]\nresources: [1cpu-2g]\n"
+        f"workload: {{pairs: 5, rate: 20, payload: 64, qos: {qos}, {SHORT}}}\n"
+    )
+    proc = start_run(write_scenario(tmp_path, f"docker-{target}", body), out)
+    output = finish(proc, 600)
+    assert proc.returncode == 0, output
+    (cell,) = manifest(out)["cells"]
+    assert cell["status"] == "completed"
+    (summary,) = analyze_run(run_dir(out), engine="numpy")
+    assert summary.lost == 0 and summary.received == summary.expected > 0, output
+    broker = cell["broker"]
+    service = compose_entry(target).service
+    assert broker["runtime"] == "docker" and broker["profile"]["name"] == "1cpu-2g"
+    assert broker["services"][service]["image_id"].startswith("sha256:")
+    assert broker["nofile"] > 0
+    with (run_dir(out) / "cells" / cell["id"] / "resources.csv").open() as fh:
+        roles = {row["role"] for row in csv.DictReader(fh)}
+    assert {"broker", f"broker:{service}", "generator"} <= roles
+    assert wait_gone([broker["project"]], within_s=5) == {}
+
+
+def test_a_container_that_exits_marks_its_cell_invalid(tmp_path: Path) -> None:
+    ensure_images("nats")
+    out = tmp_path / "results"
+    body = "targets: [nats]\nworkload: {pairs: 4, rate: 20, payload: 64, qos: 0, warmup: 1s, "
+    body += "duration: 10s, drain: 1s}\n"
+    proc = start_run(write_scenario(tmp_path, "docker-exit", body), out)
+    project = wait_for_project(out, proc)
+    time.sleep(1.0)
+    killed = docker("kill", f"{project}-nats-1")
+    assert killed.returncode == 0, killed.stderr
+    output = finish(proc, 120)
+    (cell,) = manifest(out)["cells"]
+    assert cell["broker_exit"]["exit_code"] == 137, output  # SIGKILL from `docker kill`
+    (summary,) = analyze_run(run_dir(out), engine="numpy")
+    assert not summary.valid
+    assert "broker_exited" in [r.kind.value for r in summary.invalid_reasons]
+    assert wait_gone([project], within_s=5) == {}
