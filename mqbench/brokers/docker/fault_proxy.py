@@ -121,12 +121,12 @@ def start_toxiproxy(site: BrokerSite, docker_binary: str) -> ContainerToxiproxy:
         _down(project)
         raise
     if proc.returncode != 0:
-        logs = project.logs(15)
+        logs = project.log_line(15)
         _down(project)
         raise BrokerError(
             f"the Toxiproxy container did not start: "
             f"{last_lines(proc.stderr, 1) or 'exit ' + str(proc.returncode)}; "
-            f"last log lines: {logs or '(none)'}"
+            f"last log lines: {logs}"
         )
     return ContainerToxiproxy(
         url=f"http://{site.bind}:{api_port}",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.docker.engine import CHECK_TIMEOUT_S, DockerCli
+from mqbench.brokers.docker.engine import CHECK_TIMEOUT_S, DockerCli, last_lines
 from mqbench.errors import BrokerError
 
 DOWN_TIMEOUT_S = 120.0
@@ -55,6 +55,11 @@ class ComposeProject:
         except BrokerError:
             return ""
         return proc.stdout.rstrip("\n")
+
+    def log_line(self, lines: int, services: list[str] | None = None) -> str:
+        """The last ``lines`` log lines joined into one line (`` | ``), for error messages;
+        ``(none)`` when there are none."""
+        return last_lines(self.logs(lines, services), lines) or "(none)"
 
     def ps(self) -> list[dict[str, Any]]:
         """``docker compose ps -a --format json`` as a list (both JSON shapes compose emits)."""

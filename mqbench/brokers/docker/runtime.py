@@ -526,10 +526,8 @@ class DockerRuntime:
         try:
             return hooks.after_up(started)
         except BrokerError as exc:
-            logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
-            raise BrokerError(
-                f"{started.target}: {exc}; last log lines: {logs or '(none)'}"
-            ) from exc
+            logs = project.log_line(TAIL_LINES_ON_ERROR, [ct.service])
+            raise BrokerError(f"{started.target}: {exc}; last log lines: {logs}") from exc
 
     def _stage_secured(
         self,
@@ -582,11 +580,11 @@ class DockerRuntime:
         check = staged.plan.ready_check or staged.spec.check_ready
         port = ports[ct.port_var]
         if not self._wait_ready(check, host, port, timeout_s):
-            logs = project.logs(TAIL_LINES_ON_ERROR, [ct.service])
+            logs = project.log_line(TAIL_LINES_ON_ERROR, [ct.service])
             raise BrokerError(
                 f"{target}: healthy in Docker, but the secured listener at {host}:{port} did "
                 f"not answer a TLS/login probe from here within {timeout_s:g} s; "
-                f"last log lines: {logs or '(none)'}"
+                f"last log lines: {logs}"
             )
 
     def _ports(
@@ -609,7 +607,8 @@ class DockerRuntime:
         env = {**os.environ, **project.variables}
         resolved = load_compose(project.file, env)
         (workdir / "compose.env").write_text(
-            "".join(f"{k}={v}\n" for k, v in sorted(project.variables.items())),
+            f"COMPOSE_PROJECT_NAME={project.name}\n"
+            + "".join(f"{k}={v}\n" for k, v in sorted(project.variables.items())),
             encoding="utf-8",
         )
         (workdir / "compose.resolved.yaml").write_text(
@@ -656,13 +655,13 @@ class DockerRuntime:
         try:
             proc = project.run(args, timeout_s + UP_GRACE_S + (BUILD_GRACE_S if builds else 0.0))
         except BrokerError as exc:
-            logs = project.logs(TAIL_LINES_ON_ERROR)
-            raise BrokerError(f"{target}: {exc}; last log lines: {logs or '(none)'}") from exc
+            logs = project.log_line(TAIL_LINES_ON_ERROR)
+            raise BrokerError(f"{target}: {exc}; last log lines: {logs}") from exc
         if proc.returncode == 0:
             return
         docker_says = last_lines(proc.stderr, 1) or f"exit {proc.returncode}"
         bad = failed_services(project.ps())
-        logs = project.logs(TAIL_LINES_ON_ERROR, bad or None) or "(none)"
+        logs = project.log_line(TAIL_LINES_ON_ERROR, bad or None)
         project.down()  # frees our own ports: what still listens belongs to someone else
         taken = [port for port in launch.ports.values() if port_in_use(launch.bind, port)]
         if taken:
