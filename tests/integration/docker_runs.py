@@ -12,7 +12,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.docker.image_recipes import recipe_for_repository
+from mqbench.brokers.docker.images import repository_of
+from mqbench.brokers.docker.runtime import compose_images
+from mqbench.brokers.registry import target_names
+
 PROJECT_LABEL = "com.docker.compose.project"
+
+
+def image_recipes(target: str) -> list[str] | None:
+    """The local image recipes behind every service of ``target``'s compose file (what
+    ``ensure_images`` builds); None when some service has none (EMQX, TBMQ)."""
+    recipes: list[str] = []
+    for ref in compose_images(target).values():
+        recipe = recipe_for_repository(repository_of(ref))
+        if recipe is None:
+            return None
+        recipes.append(recipe.name)
+    return sorted(set(recipes))
+
+
+def local_targets() -> list[str]:
+    """Targets whose every image this machine can build (``mqbench brokers build-images``)."""
+    return [t for t in target_names() if image_recipes(t) is not None]
 
 
 def docker(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:

@@ -94,17 +94,27 @@ def test_no_compose_plugin_is_one_line_saying_how_to_install_it(
 
 
 def test_a_missing_image_that_cannot_be_pulled_is_named_with_the_build_command(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    missing = "mqbench-missing/none:0.0.1"
-    folder = edited_compose(tmp_path, r"image: .*", f"image: {missing}")
+    monkeypatch.setenv("MQBENCH_IMAGES", "official")  # no local stand-in may replace it
     with pytest.raises(BrokerError) as err:
-        DockerRuntime(compose_folder=folder).start(StartRequest("mosquitto", tmp_path / "w"))
+        DockerRuntime().start(StartRequest("mosquitto", tmp_path / "w"))
     message = str(err.value)
-    assert "\n" not in message and missing in message
-    assert "mqbench brokers build-images" in message
+    assert "\n" not in message
+    assert message.startswith("mosquitto: image eclipse-mosquitto:2.0.20 is not here and cannot")
+    assert message.endswith("mqbench brokers build-images mosquitto)")
     projects = projects_in(tmp_path)
-    assert projects and wait_gone(projects, within_s=5) == {}
+    assert projects == [] or wait_gone(projects, within_s=5) == {}
+
+
+def test_emqx_without_its_image_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError) as err:
+        DockerRuntime().start(StartRequest("emqx", tmp_path / "w"))
+    assert str(err.value) == (
+        "emqx: image emqx/emqx:5.8.6 is not here and cannot be pulled, and mqbench cannot "
+        "build a local one (no Debian, Maven, PyPI or Go package supplies it; docs/docker.md)"
+    )
+    assert not list(tmp_path.rglob("compose.env"))  # refused before any project existed
 
 
 def test_a_port_someone_else_holds_is_named_with_the_log_lines_and_nothing_is_left(

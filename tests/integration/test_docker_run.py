@@ -13,6 +13,8 @@ import pytest
 from docker_runs import (
     docker,
     finish,
+    image_recipes,
+    local_targets,
     manifest,
     run_dir,
     start_run,
@@ -27,18 +29,12 @@ from mqbench.brokers.registry import compose_entry, get_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
+SLOW_BOOT = {"rabbitmq-mqtt", "rabbitmq-amqp", "hivemq", "artemis", "activemq"}
+"""Brokers whose container takes tens of seconds to become healthy (Erlang, JVM)."""
 TARGETS = [
-    "mosquitto",
-    "nats",
-    "redis",
-    "zenoh",
-    "tbmq-style",
-    pytest.param("rabbitmq-mqtt", marks=pytest.mark.slow),
-    pytest.param("rabbitmq-amqp", marks=pytest.mark.slow),
-    pytest.param("hivemq", marks=pytest.mark.slow),
-    pytest.param("artemis", marks=pytest.mark.slow),
-    pytest.param("activemq", marks=pytest.mark.slow),
+    pytest.param(t, marks=[pytest.mark.slow] if t in SLOW_BOOT else []) for t in local_targets()
 ]
+"""Every target whose images this machine builds (``mqbench brokers build-images``)."""
 SHORT = "warmup: 1s, duration: 3s, drain: 2s"
 
 
@@ -51,7 +47,7 @@ def engine() -> None:
 def test_a_run_in_docker_delivers_everything_and_records_the_container(
     target: str, tmp_path: Path
 ) -> None:
-    ensure_images(target)
+    ensure_images(*(image_recipes(target) or []))
     qos = 1 if get_target(target).transport == "mqtt" else 0
     out = tmp_path / "results"
     body = (

@@ -77,10 +77,6 @@ class FakeDocker:
         """The argv of every call."""
         return [c["argv"] for c in self.calls()]
 
-    def image_calls(self) -> list[list[str]]:
-        """``docker image inspect`` and ``docker pull`` calls, in order."""
-        return [a for a in self.argvs() if a[:2] == ["image", "inspect"] or a[:1] == ["pull"]]
-
     def compose_verbs(self) -> list[str]:
         """The compose sub-command of every ``docker compose -p ...`` call, in order."""
         verbs = []
