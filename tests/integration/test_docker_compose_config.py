@@ -1,6 +1,7 @@
 """Every compose file, EMQX's and TBMQ's included (no image of theirs can be had here), is
 accepted by the real Compose v2 (`docker compose config`) with the variables the runtime
-passes for a limiting and the unlimited resources profile, and comes out with the limits the profile asks for."""
+passes for a limiting and for the unlimited resources profile, and comes out with the limits
+the profile asks for."""
 
 from __future__ import annotations
 
