@@ -106,7 +106,8 @@ class BrokerState:
         """The compose project of a docker broker."""
         if not self.project or not self.compose_file:
             raise BrokerError(f"state file {self.path} has no compose project")
-        return ComposeProject(self.project, Path(self.compose_file), cli=DockerCli())
+        variables = {str(k): str(v) for k, v in dict(self.info.get("variables") or {}).items()}
+        return ComposeProject(self.project, Path(self.compose_file), variables, DockerCli())
 
 
 @dataclass(frozen=True)
