@@ -10,6 +10,11 @@ and refuse sends; drop a peer that stops answering by its keepalive (once per le
 and fail with a clear TransportError within a bounded time when the broker is unreachable
 (refused, or a listener that never answers).
 
+The same suite runs against the brokers in containers (``docker:<target>``: the docker
+runtime, for every target whose images build here; ``pytest -m docker``), except for the
+cases where only the client acts (keepalive, an unreachable broker), which do not depend on
+where the broker runs.
+
 Per lean client, without a broker: a closed port is "connection refused" at once and a
 silent listener a timeout naming the handshake stage, on both event loops.
 
@@ -30,10 +35,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from docker_runs import image_recipes, local_targets
+from docker_support import ensure_images, require_engine
 from loops import LOOPS
 from loops import run as run_on
 
 from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.docker.runtime import DockerRuntime
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
@@ -45,6 +53,7 @@ from mqbench.transports.registry import get_transport, resolve_client
 
 pytestmark = pytest.mark.integration
 
+SLOW_DOCKER = {"rabbitmq-mqtt", "rabbitmq-amqp", "hivemq", "artemis", "activemq"}
 TARGETS = [
     "mosquitto",
     "nats",
@@ -58,6 +67,14 @@ TARGETS = [
     pytest.param("hivemq", marks=pytest.mark.slow),
     pytest.param("artemis", marks=pytest.mark.slow),
 ]
+DOCKER_TARGETS = [
+    pytest.param(
+        f"docker:{target}",
+        marks=[pytest.mark.docker, *([pytest.mark.slow] if target in SLOW_DOCKER else [])],
+    )
+    for target in local_targets()
+]
+"""Every target whose images build here, its broker in a container (docker runtime)."""
 SLOW_BOOT = {
     "rabbitmq-mqtt": 120.0,
     "rabbitmq-amqp": 120.0,
@@ -79,9 +96,10 @@ T = TypeVar("T")
 class Conformance:
     """One target's broker and its default client."""
 
-    def __init__(self, target: str, broker: RunningBroker) -> None:
+    def __init__(self, target: str, broker: RunningBroker, runtime: str = "native") -> None:
         self.target = target
         self.broker = broker
+        self.runtime = runtime
         self.client_name = resolve_client(get_target(target).transport, None)
         self.transport: Transport = get_transport(self.client_name)
         self._ids = 0
@@ -106,13 +124,19 @@ class Conformance:
         return self.transport.create_client(endpoint or self.broker.endpoint, options)
 
 
-@pytest.fixture(scope="module", params=TARGETS)
+@pytest.fixture(scope="module", params=[*TARGETS, *DOCKER_TARGETS])
 def conf(request: pytest.FixtureRequest) -> Iterator[Conformance]:
-    target = request.param
-    runtime = NativeRuntime()
-    spec = runtime.spec_for(target)
-    if spec.find_binary() is None:
-        pytest.skip(f"{target}: {spec.missing_reason()}")
+    runtime_name, _, target = str(request.param).rpartition(":")
+    runtime: NativeRuntime | DockerRuntime
+    if runtime_name == "docker":
+        require_engine()
+        ensure_images(*(image_recipes(target) or []))
+        runtime = DockerRuntime()
+    else:
+        runtime = NativeRuntime()
+        spec = runtime.spec_for(target)
+        if spec.find_binary() is None:
+            pytest.skip(f"{target}: {spec.missing_reason()}")
     with tempfile.TemporaryDirectory(prefix=f"mqbench-conf-{target}-") as tmp:
         broker = runtime.start(
             StartRequest(
@@ -123,9 +147,15 @@ def conf(request: pytest.FixtureRequest) -> Iterator[Conformance]:
             )
         )
         try:
-            yield Conformance(target, broker)
+            yield Conformance(target, broker, runtime_name or "native")
         finally:
             broker.stop()
+
+
+def client_only(conf: Conformance) -> None:
+    """Skip a case in which only the client acts: it does not depend on where the broker runs."""
+    if conf.runtime == "docker":
+        pytest.skip("only the client acts here; the native run of the suite covers it")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -318,6 +348,7 @@ def test_a_connection_cut_in_the_network_is_an_unexpected_disconnect_and_sends_f
 
 
 def test_a_peer_that_stops_answering_is_dropped_by_the_keepalive(conf: Conformance) -> None:
+    client_only(conf)
     if KEEPALIVE_TARGET.get(conf.client_name) != conf.target:
         pytest.skip(f"the {conf.client_name} client's keepalive is checked on another target")
     events: Events = []
@@ -352,6 +383,7 @@ def test_a_peer_that_stops_answering_is_dropped_by_the_keepalive(conf: Conforman
 def test_an_unreachable_broker_is_a_clear_error_within_the_connect_timeout(
     conf: Conformance,
 ) -> None:
+    client_only(conf)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
