@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mqbench.brokers.resources.knobs import NoKnobs, ProfileKnobs
+from mqbench.wire.limits import PayloadLimit
 
 if TYPE_CHECKING:
     from mqbench.brokers.docker.compose import ComposeEntry
@@ -110,6 +111,15 @@ class TargetDefinition:
     users); None: the docker runtime refuses ``security`` for this target."""
     docker_security_gap: str = ""
     """Why the docker runtime cannot secure this target (one line; shown when refused)."""
+    payload_limit: Callable[[Mapping[str, Any]], PayloadLimit] | None = None
+    """The largest payload the broker takes with these broker options, where its own
+    settings (which mqbench writes) decide it; raises ``BrokerError`` on a malformed
+    option. None: only the protocol's limit applies (``TransportCapabilities``)."""
+    secret_options: frozenset[str] = frozenset()
+    """Broker options that hold a secret although their names do not say so
+    (``scenario.security.is_secret_name``): like those, a scenario gives them only as
+    ``<name>_env`` or ``<name>_file``, and their values are never written. A typed options
+    model can derive this set from its secret-typed fields."""
 
     @property
     def target(self) -> Target:

@@ -169,7 +169,7 @@ def run(
             from mqbench.workload.outline import outline
             from mqbench.workload.preflight import preflight
 
-            preflight(scenario, chosen, out_root)
+            preflight(scenario, chosen, out_root, source=str(scenario_file))
             _print_outline(scenario, outline(scenario, chosen, out_root))
             _print_calibration_notes(check)
             _print_runtime_notes(scenario)
@@ -382,15 +382,12 @@ def scenario_validate(
     capabilities, topologies, load that fits the machine, disk space)."""
 
     def go() -> None:
-        from mqbench.errors import ScenarioError
         from mqbench.scenario.loader import load_scenario
         from mqbench.workload.preflight import preflight
 
         scenario, _ = load_scenario(scenario_file, overrides or [])
-        try:
-            cells = preflight(scenario, out_root=parse_location(out))
-        except ScenarioError as exc:
-            raise type(exc)(f"{scenario_file}: {exc}") from None
+        where = parse_location(out)
+        cells = preflight(scenario, out_root=where, source=str(scenario_file))
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
         _print_runtime_notes(scenario)
 

@@ -44,8 +44,9 @@ def create_result_dir(root: Path, scenario_name: str) -> Path:
     raise ResultsError(f"could not find an unused result folder name under {parent}")
 
 
-def check_output_root(root: Path) -> None:
-    """Fail early (before any broker starts) when ``root`` cannot hold results."""
+def check_output_root(root: Path, scenario_name: str | None = None) -> None:
+    """Fail early (before any broker starts) when ``root`` cannot hold results (of
+    ``scenario_name``: they go into ``root/<scenario_name>/``, see :func:`create_result_dir`)."""
     probe = root
     while not probe.exists():
         if probe.parent == probe:
@@ -55,6 +56,16 @@ def check_output_root(root: Path) -> None:
         raise ResultsError(f"output folder {root}: {probe} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ResultsError(f"output folder {root} is not writable")
+    if scenario_name is None:
+        return
+    folder = root / scenario_name
+    if folder.exists() and not folder.is_dir():
+        raise ResultsError(
+            f"output folder {root}: {folder} is a file, not a folder (the results of "
+            f"scenario {scenario_name!r} go into {folder}/)"
+        )
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise ResultsError(f"output folder {folder} is not writable")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -17,12 +17,15 @@ from mqbench.scenario.security import Security, options_label
 from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
 
-MAX_PAYLOAD = 256 * 1024**2
-"""MQTT's packet limit; larger payloads are refused before anything starts."""
+MAX_PAYLOAD = 1024**3
+"""mqbench's own cap (1 GiB). Each protocol's and broker's lower limit is checked per cell
+by the pre-flight (``workload.preflight.check_payloads``), which names it."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a YAML ``true`` is no rate and ``"10"`` no count (lax mode would take them as
+    # 1.0 and 10); numbers still fill float fields.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _as_list(value: Any) -> Any:
@@ -153,7 +156,7 @@ class Workload(_Strict):
                     f"payload {size} B is below the {HEADER_SIZE}-byte header every message carries"
                 )
             if size > MAX_PAYLOAD:
-                raise ValueError(f"payload {size} B is above the 256 MiB MQTT limit")
+                raise ValueError(f"payload {size:,} B is above mqbench's largest payload (1 GiB)")
         return sizes
 
     @field_validator("duration", "warmup", "drain", mode="before")
@@ -411,7 +414,7 @@ class BrokerOptions(_Strict):
 
     host: str = "127.0.0.1"
     port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
-    pid: int | None = Field(default=None, description="external runtime: a PID to sample")
+    pid: int | None = Field(default=None, gt=0, description="external runtime: a PID to sample")
     startup_timeout: float = Field(default=60.0, gt=0)
     options: list[dict[str, Any]] = Field(
         default=[{}],

@@ -83,7 +83,7 @@ def redact(value: Any) -> Any:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Auth(_Strict):
@@ -94,7 +94,7 @@ class Auth(_Strict):
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env variable name"
     )
     password_file: Path | None = Field(
-        default=None, description="file whose first line is the password"
+        default=None, strict=False, description="file whose first line is the password"
     )
 
     @model_validator(mode="before")
@@ -130,9 +130,15 @@ class Security(_Strict):
     client_cert: bool = Field(
         default=False, description="brokers mqbench starts: require a client certificate"
     )
-    ca_file: Path | None = Field(default=None, description="external broker: CA certificate")
-    cert_file: Path | None = Field(default=None, description="external broker: client cert")
-    key_file: Path | None = Field(default=None, description="external broker: client key")
+    ca_file: Path | None = Field(
+        default=None, strict=False, description="external broker: CA certificate"
+    )
+    cert_file: Path | None = Field(
+        default=None, strict=False, description="external broker: client cert"
+    )
+    key_file: Path | None = Field(
+        default=None, strict=False, description="external broker: client key"
+    )
     server_name: str | None = Field(
         default=None, description="external broker: the name its certificate carries"
     )
@@ -205,11 +211,16 @@ def check_security_files(security: Security) -> None:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the value of every ``KEY.PATH=VALUE`` whose last key is a secret
-    replaced (``--set broker.options.password=...``)."""
+    """``argv`` with every secret in a ``KEY.PATH=VALUE`` replaced: a secret-named last key
+    (``--set broker.options.password=...``) or a secret-named key inside a YAML mapping
+    value (``--set 'broker.options={password: ...}'``), also as ``--set=KEY.PATH=VALUE``."""
+    from mqbench.scenario.loader import redact_override  # the loader imports this module
+
     out: list[str] = []
     for arg in argv:
-        key, sep, _ = arg.partition("=")
-        last = key.rsplit(".", 1)[-1].lstrip("-")
-        out.append(f"{key}={REDACTED}" if sep and is_secret_name(last) else arg)
+        if arg.startswith("--") and "=" in arg:
+            flag, _, rest = arg.partition("=")
+            out.append(f"{flag}={redact_override(rest)}" if "=" in rest else arg)
+        else:
+            out.append(redact_override(arg))
     return out

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.wire.limits import PayloadLimit
 
 MessageHandler = Callable[[memoryview | bytes, int], None]
 """``(payload, t_recv_ns)``: called per delivered message; payload starts with the header.
@@ -68,6 +69,9 @@ class TransportCapabilities:
     """None when ``ClientOptions.tls`` works; else why not (one phrase)."""
     auth: str | None = "this client sends no user name and password"
     """None when ``ClientOptions.username``/``password`` log in; else why not."""
+    max_payload: PayloadLimit | None = None
+    """The largest payload the protocol carries whatever the broker's settings (None: the
+    broker decides; its definition's ``payload_limit`` says how much)."""
 
 
 def require_qos(qos: int, client: str, capabilities: TransportCapabilities) -> None:

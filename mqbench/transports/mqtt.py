@@ -50,6 +50,7 @@ from mqbench.transports.base import (
     require_qos,
 )
 from mqbench.transports.stream import StreamConnection
+from mqbench.wire import limits
 from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
 from mqbench.wire.mqtt.packets import (
     DISCONNECT_BYTES,
@@ -76,7 +77,12 @@ _pack_u16 = struct.Struct(">H").pack
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
 CAPABILITIES = TransportCapabilities(
-    max_qos=2, persistent_sessions=True, wildcard_filters=True, tls=None, auth=None
+    max_qos=2,
+    persistent_sessions=True,
+    wildcard_filters=True,
+    tls=None,
+    auth=None,
+    max_payload=limits.MQTT,
 )
 """What the mqtt client can do."""
 

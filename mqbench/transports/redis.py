@@ -54,6 +54,7 @@ from mqbench.transports.base import (
     require_qos,
 )
 from mqbench.transports.stream import StreamConnection
+from mqbench.wire import limits
 from mqbench.wire.resp import (
     CRLF,
     Reply,
@@ -70,7 +71,7 @@ _time_ns = time.time_ns
 PING = encode_command("PING")
 QUIT = encode_command("QUIT")
 
-MAX_PAYLOAD = 512 << 20
+MAX_PAYLOAD = limits.REDIS_MAX_BULK_LEN
 """Redis's default ``proto-max-bulk-len``: larger bulk strings are refused by the server."""
 
 SUBSCRIBER_CLOSED = (
@@ -82,7 +83,12 @@ SUBSCRIBER_CLOSED = (
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
 CAPABILITIES = TransportCapabilities(
-    max_qos=0, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+    max_qos=0,
+    persistent_sessions=False,
+    wildcard_filters=False,
+    tls=None,
+    auth=None,
+    max_payload=limits.REDIS,
 )
 """What the redis client can do."""
 

@@ -12,15 +12,16 @@ and a configured Toxiproxy answers, and, with an output folder, the results fit 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from mqbench.brokers.registry import get_target
+from mqbench.brokers.registry import get_definition, get_target
 from mqbench.brokers.resources.native_profiles import check_native_profile
 from mqbench.brokers.resources.profiles import profile_names
 from mqbench.brokers.runtime.registry import get_runtime
-from mqbench.errors import BrokerError, ScenarioError
+from mqbench.errors import BrokerError, MqbenchError, ScenarioError
 from mqbench.faults.driver import check_faults
 from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.records.results import check_output_root
@@ -39,19 +40,45 @@ def preflight(
     scenario: Scenario,
     cells: Sequence[Cell] | None = None,
     out_root: Path | RemoteRoot | None = None,
+    *,
+    source: str | None = None,
 ) -> list[Cell]:
     """Raise the first reason ``scenario`` cannot run (a typed ``MqbenchError``, one line).
 
     ``cells`` are the cells to run (default: all of them); ``out_root`` is where results go
     (None: the output folder and disk space are not checked; a URI: the run is staged in
-    the temporary folder, whose disk is checked). Returns the cells checked.
+    the temporary folder, whose disk is checked). ``source`` (the scenario file) begins
+    every refusal. Returns the cells checked.
     """
+    try:
+        return _preflight(scenario, cells, out_root)
+    except MqbenchError as exc:
+        raise named(exc, source) from None
+
+
+def named(exc: MqbenchError, source: str | None) -> MqbenchError:
+    """``exc`` (same type and fields) with its one line starting with ``source:``."""
+    message = str(exc)
+    if source is None or message.startswith(f"{source}: "):
+        return exc
+    renamed = copy.copy(exc)
+    renamed.args = (f"{source}: {message}",)
+    return renamed
+
+
+def _preflight(
+    scenario: Scenario, cells: Sequence[Cell] | None, out_root: Path | RemoteRoot | None
+) -> list[Cell]:
     chosen = list(expand(scenario) if cells is None else cells)
     if isinstance(out_root, RemoteRoot):
         check_remote_output(scenario, out_root)
         out_root = staging_parent()
+        name = None  # the staging folder is private and fresh
+    else:
+        name = scenario.name
     if out_root is not None:
-        check_output_root(out_root)
+        check_output_root(out_root, name)
+    check_payloads(scenario, chosen)  # before the load: a payload no broker takes is no load
     check_fits(scenario, chosen)  # first: it is cheap, the topologies below are not
     check_clients(scenario)
     check_resources(scenario)
@@ -73,6 +100,30 @@ def runtime_notes(scenario: Scenario) -> list[str]:
     runtime = get_runtime(scenario.runtime)
     notes = getattr(runtime, "notes", None)
     return list(notes()) if callable(notes) else []
+
+
+def check_payloads(scenario: Scenario, cells: Sequence[Cell]) -> None:
+    """Every cell's payload fits its protocol (the client's ``max_payload``) and, for brokers
+    mqbench configures, the broker's own limit (the definition's ``payload_limit``)."""
+    seen: set[tuple[str, str | None, tuple[tuple[str, str], ...]]] = set()
+    for cell in sorted(cells, key=lambda c: -c.payload_bytes):
+        options = broker_options(scenario, cell)
+        key = (cell.target, cell.client, tuple(sorted((k, repr(v)) for k, v in options.items())))
+        if key in seen:
+            continue  # the largest payload of this combination was checked
+        seen.add(key)
+        definition = get_definition(cell.target)
+        client = resolve_client(definition.transport, cell.client)
+        limits = [get_transport(client).capabilities.max_payload]
+        if definition.payload_limit is not None and scenario.runtime != "external":
+            try:
+                limits.append(definition.payload_limit(options))
+            except BrokerError as exc:
+                raise BrokerError(f"target {cell.target!r}: {exc}") from None
+        for limit in limits:
+            refusal = limit.refusal(cell.payload_bytes) if limit is not None else None
+            if refusal is not None:
+                raise ScenarioError(f"target {cell.target!r}: workload.payload: {refusal}")
 
 
 def check_clients(scenario: Scenario) -> None:

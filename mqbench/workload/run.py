@@ -215,7 +215,7 @@ def run_scenario(
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
-    preflight(scenario, cells, out_root)
+    preflight(scenario, cells, out_root, source=scenario_file)
     run_timing = RunTiming(scenario, timing or TimingHints())
     run_timing.check(cells)
     search: SearchTracker | None = None

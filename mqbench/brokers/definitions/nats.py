@@ -34,6 +34,8 @@ from mqbench.brokers.runtime.native_spec import (
 )
 from mqbench.brokers.runtime.probes import nats_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
+from mqbench.errors import BrokerError
+from mqbench.wire.limits import PayloadLimit
 
 DEFAULTS: dict[str, Any] = {
     "max_payload": 1048576,
@@ -43,6 +45,16 @@ DEFAULTS: dict[str, Any] = {
     "extra_config": "",
 }
 """Broker options this spec understands and their defaults (the server's stock values)."""
+
+
+def payload_limit(options: Mapping[str, Any]) -> PayloadLimit:
+    """The server's ``max_payload``: the option, else the stock 1 MiB mqbench writes."""
+    raw = options.get("max_payload", DEFAULTS["max_payload"])
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+        raise BrokerError(
+            f"nats option max_payload must be a positive number of bytes, got {raw!r}"
+        )
+    return PayloadLimit(raw, "the nats server's max_payload (broker.options.max_payload)")
 
 
 def _string(value: str) -> str:
@@ -183,6 +195,7 @@ DEFINITION = BrokerDefinition(
                 profile_in_argv=False,  # nats.yaml sets GOMAXPROCS in the environment
             ),
             knobs=GoMaxProcs(),
+            payload_limit=payload_limit,
         ),
     ),
 )

@@ -32,9 +32,15 @@ from mqbench.transports.base import (
     require_qos,
 )
 from mqbench.transports.stream import probe_tcp, tls_context
+from mqbench.wire import limits
 
 CAPABILITIES = TransportCapabilities(
-    max_qos=1, persistent_sessions=True, wildcard_filters=True, tls=None, auth=None
+    max_qos=1,
+    persistent_sessions=True,
+    wildcard_filters=True,
+    tls=None,
+    auth=None,
+    max_payload=limits.MQTT,
 )
 """What the aiomqtt client can do."""
 

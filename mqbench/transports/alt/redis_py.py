@@ -34,12 +34,18 @@ from mqbench.transports.base import (
     require_qos,
 )
 from mqbench.transports.stream import describe_oserror, probe_tcp
+from mqbench.wire import limits
 
 READ_TIMEOUT_S = 1.0
 """How long one ``get_message`` call waits before the reader loop checks for close."""
 
 CAPABILITIES = TransportCapabilities(
-    max_qos=0, persistent_sessions=False, wildcard_filters=False, tls=None, auth=None
+    max_qos=0,
+    persistent_sessions=False,
+    wildcard_filters=False,
+    tls=None,
+    auth=None,
+    max_payload=limits.REDIS,
 )
 """What the redis-py client can do."""
 
