@@ -117,12 +117,12 @@ class _BoundedLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._composed += 1
         if self._composed > MAX_YAML_NODES:
-            mark = self.peek_event().start_mark
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
             raise YamlRefused(
                 f"more than {MAX_YAML_NODES:,} values (at line {mark.line + 1}); "
                 "a scenario holds a few hundred"
             )
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
