@@ -143,9 +143,9 @@ def main() -> None:
         t_spark = time.perf_counter() - t0
         print(f"spark analyze_run (incl. start-up):  {t_spark:6.1f} s", flush=True)
         if not args.skip_numpy:
-            cell = read_manifest(args.dir)["cells"][0]
+            cell = read_manifest(args.dir).cells[0]
             t0 = time.perf_counter()
-            plan = plan_cell(cell, args.dir / "cells" / cell["id"], 7 if args.approx else None)
+            plan = plan_cell(cell, args.dir / "cells" / cell.id, 7 if args.approx else None)
             (agg,) = aggregate_cells_serial([plan])
             numpy_summary = build_summary(plan, agg)
             t_numpy = time.perf_counter() - t0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,13 @@ from mqbench.analysis.summary import (
     write_summary_parquet,
 )
 from mqbench.errors import AnalysisError
-from mqbench.records.cell_entry import ANALYSABLE, CellEntry, CellEntryError, cell_entries
-from mqbench.records.format import SCHEMA_VERSION
-
-MANIFEST = "manifest.json"
+from mqbench.records.cell_entry import ANALYSABLE, CellEntry
+from mqbench.records.run_manifest import (
+    ManifestError,
+    RunManifest,
+    open_run_manifest,
+    read_run_manifest,
+)
 
 
 def is_analysable(cell: CellEntry | Mapping[str, Any]) -> bool:
@@ -36,37 +38,40 @@ def is_analysable(cell: CellEntry | Mapping[str, Any]) -> bool:
     return manifest_cell(cell).analysable
 
 
-def manifest_cells(manifest: Mapping[str, Any]) -> list[CellEntry]:
-    """The cell entries of a manifest read by :func:`read_manifest` (AnalysisError when one
-    is malformed)."""
+__all__ = [
+    "RunAnalysis",
+    "analyze_cell_numpy",
+    "analyze_results",
+    "analyze_run",
+    "open_manifest",
+    "read_manifest",
+]
+
+
+def read_manifest(result_dir: Path) -> RunManifest:
+    """Read ``manifest.json``; AnalysisError (one line naming the path) when it is missing,
+    unreadable, not JSON, malformed, or of another schema version."""
     try:
-        return cell_entries(manifest)
-    except CellEntryError as exc:
+        return read_run_manifest(result_dir)
+    except ManifestError as exc:
         raise AnalysisError(str(exc)) from None
 
 
-__all__ = ["RunAnalysis", "analyze_cell_numpy", "analyze_results", "analyze_run", "read_manifest"]
-
-
-def read_manifest(result_dir: Path) -> dict[str, Any]:
-    """Read ``manifest.json``; AnalysisError when missing, unreadable or another version."""
-    path = Path(result_dir) / MANIFEST
-    if not Path(result_dir).is_dir():
-        raise AnalysisError(f"{result_dir}: no such result folder")
+def open_manifest(result_dir: Path) -> tuple[RunManifest, str | None]:
+    """:func:`read_manifest`, recovering a run whose mqbench process was killed
+    (``records.run_manifest.open_run_manifest``); the second value is the one line that
+    says so (None when there was nothing to recover)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AnalysisError(f"{result_dir}: no {MANIFEST} (not an mqbench result folder)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AnalysisError(f"{path}: unreadable manifest ({exc})") from None
-    if not isinstance(data, dict):
-        raise AnalysisError(f"{path}: not a manifest object")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise AnalysisError(
-            f"{path}: schema version {version!r}; this mqbench analyses version {SCHEMA_VERSION}"
-        )
-    return data
+        manifest, recovery = open_run_manifest(result_dir)
+    except ManifestError as exc:
+        raise AnalysisError(str(exc)) from None
+    if recovery is None:
+        return manifest, None
+    note = (
+        f"{result_dir}: run interrupted: {recovery.reason}; "
+        "cells that were running are analysed as interrupted"
+    )
+    return manifest, note
 
 
 def _select_cells(entries: list[CellEntry], cells: list[str] | None) -> list[CellEntry]:
@@ -97,6 +102,9 @@ class RunAnalysis:
     summaries: list[CellSummary]
     faults: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``faults.json`` of the analysed cells that injected faults (docs/results.md)."""
+    recovered: str | None = None
+    """One line when the run's mqbench process was found gone although the manifest said
+    running: the run was treated as interrupted (``open_manifest``)."""
 
 
 def analyze_run(
@@ -151,7 +159,8 @@ def analyze_results(
     :class:`AnalysisProgress` at every step and about once a second in between.
     """
     result_dir = Path(result_dir)
-    entries = manifest_cells(read_manifest(result_dir))
+    manifest, recovered = open_manifest(result_dir)
+    entries = list(manifest.cells)
     chosen = _select_cells(entries, cells)
     progress = ProgressTracker(on_progress, len(chosen))
     try:
@@ -201,7 +210,7 @@ def analyze_results(
             everything.append(read_summary_json(path))
     write_summary_parquet(result_dir, everything)
     write_summary_agg_parquet(result_dir, aggregate_repeats(everything))
-    return RunAnalysis(summaries, faults)
+    return RunAnalysis(summaries, faults, recovered)
 
 
 def _spark_aggregates(

@@ -24,7 +24,13 @@ from mqbench.records.cell_entry import (
 )
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
-from mqbench.records.integrity import RecordFileCheck, check_record_file
+from mqbench.records.integrity import (
+    RecordFileCheck,
+    absent_file,
+    check_record_file,
+    expected_record_files,
+    writer_shortfalls,
+)
 from mqbench.records.intended import intended_ns
 from mqbench.records.timing import WakeupFloor
 
@@ -88,6 +94,10 @@ class CellPlan:
     """When subscribers stopped listening (the ``drain_finished`` event), if recorded."""
     wakeup_floor: WakeupFloor | None = None
     """The machine's wake-up floor under the workers' policy (``cells[].timing``)."""
+    record_shortfalls: list[str] = field(default_factory=list)
+    """Workers whose record files hold fewer records than they said they wrote."""
+    error: str | None = None
+    """The manifest's one line on why the cell ended early (interrupted cells)."""
 
     @property
     def window_ns(self) -> int:
@@ -160,12 +170,31 @@ def _record_files(folder: Path, prefix: str) -> list[RecordFileCheck]:
     return [check_record_file(p) for p in sorted(str(p) for p in folder.glob(f"{prefix}-*.bin"))]
 
 
-def _stop_time(events: list[Event]) -> int | None:
-    """When recording stopped in an interrupted cell: the `interrupted` event, else the last."""
+def _stop_time(events: list[Event], checks: list[RecordFileCheck]) -> int | None:
+    """When recording stopped in an interrupted cell: the `interrupted` event, else the last
+    sign of life: the latest event or record checkpoint (a killed mqbench wrote no event,
+    but its workers checkpointed their records up to about a second before the kill)."""
     for event in events:
         if event.kind is EventKind.INTERRUPTED:
             return event.t_ns
-    return max((e.t_ns for e in events), default=None)
+    times = [e.t_ns for e in events] + [c.checkpoint_ns for c in checks if c.checkpoint_ns]
+    return max(times, default=None)
+
+
+def _record_checks(folder: Path, entry: CellEntry) -> tuple[list[RecordFileCheck], list[str]]:
+    """Every record file the cell has or should have (absent ones included, see
+    ``records.integrity``), and the workers whose files hold less than they wrote."""
+    checks = _record_files(folder, "deliveries") + _record_files(folder, "sends")
+    present = {Path(c.path).name for c in checks}
+    workers = entry.generator.workers if entry.generator is not None else ()
+    numbers = [w.worker for w in workers if w.worker is not None]
+    count = entry.params.get("workers")
+    if isinstance(count, int) and not isinstance(count, bool):
+        numbers += range(count)
+    expected = expected_record_files(folder, numbers)
+    checks += [absent_file(folder / n, why) for n, why in expected.items() if n not in present]
+    written = {w.worker: w.records_written for w in workers if w.worker is not None}
+    return checks, writer_shortfalls(checks, written)
 
 
 def window_from_events(
@@ -249,18 +278,20 @@ def plan_cell(
     except CellEntryError as exc:
         raise AnalysisError(str(exc)) from None
     clipped = False
+    checks, shortfalls = _record_checks(folder, entry)
     if entry.status == "interrupted":
-        stop = _stop_time(read_events(folder))
+        stop = _stop_time(read_events(folder), checks)
         if stop is not None:
             clip = stop - drain_ns
             if clip < win_end:
                 win_end = max(win_start, clip)
                 clipped = True
-    checks = _record_files(folder, "deliveries") + _record_files(folder, "sends")
     # A writer that never closed its file may have lost what it held after its last
     # checkpoint: keep only messages that had the drain time to arrive before it.
     clipped_for_records = False
-    unclosed = [c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns]
+    unclosed = [
+        c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns and not c.absent
+    ]
     if unclosed:
         clip = min(unclosed) - drain_ns
         if clip < win_end:
@@ -297,8 +328,8 @@ def plan_cell(
         f_max=f_max,
         k_lo=k_lo,
         k_hi=k_hi,
-        delivery_files=[c.path for c in checks if Path(c.path).name.startswith("deliveries-")],
-        send_files=[c.path for c in checks if Path(c.path).name.startswith("sends-")],
+        delivery_files=_files(checks, "deliveries-"),
+        send_files=_files(checks, "sends-"),
         generator=entry.generator or GeneratorVerdict(),
         window_source=source,
         approx_bits=approx_bits,
@@ -310,7 +341,14 @@ def plan_cell(
         drain_ns=drain_ns,
         drain_end_ns=_drain_end(folder),
         wakeup_floor=entry.timing.wakeup_floor if entry.timing is not None else None,
+        record_shortfalls=shortfalls,
+        error=entry.error,
     )
+
+
+def _files(checks: list[RecordFileCheck], prefix: str) -> list[str]:
+    """The record files of one kind that are there, in name order."""
+    return sorted(c.path for c in checks if not c.absent and Path(c.path).name.startswith(prefix))
 
 
 def _drain_end(folder: Path) -> int | None:

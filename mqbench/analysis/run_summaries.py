@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from mqbench.analysis.api import analyze_run, is_analysable, read_manifest
+from mqbench.analysis.api import analyze_run, open_manifest
 from mqbench.analysis.summary import SUMMARY_JSON, CellSummary, read_summary_json
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
+from mqbench.records.run_manifest import RunManifest
 
 AUTO_ANALYSE_MAX_BYTES: Final = 1 << 30
 """Record bytes of not-yet-analysed cells that report/compare analyse on the fly (1 GiB)."""
@@ -26,18 +28,19 @@ class LoadedRun:
     """One result folder: its manifest, its cells' summaries and where they live."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: RunManifest
     summaries: list[CellSummary]
-    cells: dict[str, dict[str, Any]] = field(default_factory=dict)  # manifest entry by cell id
+    cells: dict[str, CellEntry] = field(default_factory=dict)
+    """The analysable cells' manifest entries, by cell id."""
     analysed_now: list[str] = field(default_factory=list)
+    recovered: str | None = None
+    """One line when the run's mqbench process was found killed and the run was treated as
+    interrupted (``analysis.api.open_manifest``)."""
 
     @property
     def scenario(self) -> str:
         """The scenario name from the manifest (``?`` when absent)."""
-        scenario = self.manifest.get("scenario")
-        if isinstance(scenario, dict) and scenario.get("name"):
-            return str(scenario["name"])
-        return "?"
+        return self.manifest.scenario_name
 
     def cell_folder(self, cell_id: str) -> Path:
         """Folder of a cell of this run."""
@@ -55,12 +58,8 @@ def load_run(result_dir: Path, analyse_missing: bool = True) -> LoadedRun:
     has no analysable cell, or has unanalysed cells too big to analyse here.
     """
     path = Path(result_dir)
-    manifest = read_manifest(path)
-    entries = {
-        str(c.get("id")): c
-        for c in manifest.get("cells") or []
-        if isinstance(c, dict) and is_analysable(c)
-    }  # as stored: the report builds plans from them (plan_cell reads either form)
+    manifest, recovered = open_manifest(path)
+    entries = {c.id: c for c in manifest.cells if c.analysable}
     if not entries:
         raise AnalysisError(f"{path}: no completed or interrupted cells")
     missing = [cid for cid in entries if not (path / "cells" / cid / SUMMARY_JSON).exists()]
@@ -79,4 +78,4 @@ def load_run(result_dir: Path, analyse_missing: bool = True) -> LoadedRun:
         analyze_run(path, engine="numpy", cells=missing)
         analysed = missing
     summaries = [read_summary_json(path / "cells" / cid / SUMMARY_JSON) for cid in entries]
-    return LoadedRun(path, manifest, summaries, entries, analysed)
+    return LoadedRun(path, manifest, summaries, entries, analysed, recovered)

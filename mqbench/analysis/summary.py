@@ -29,6 +29,7 @@ from mqbench.analysis.verdict import (
     InvalidReason,
     broker_exit_reason,
     generator_reason,
+    interrupted_reason,
     truncation_reason,
     unsent_reason,
 )
@@ -280,8 +281,15 @@ def cell_invalid_reasons(
         *unsent_reason(
             plan.scheduled, unsent, agg.send_failed, refused, plan.send_failures_expected
         ),
-        *truncation_reason(plan.record_checks),
+        *truncation_reason(plan.record_checks, plan.record_shortfalls),
+        *interrupted_reason(plan.status, plan.error, plan.window_ns / 1e9, _planned_s(plan.params)),
     ]
+
+
+def _planned_s(params: dict[str, Any]) -> float | None:
+    """The measured seconds the scenario planned (``duration_s``), if recorded."""
+    value = params.get("duration_s")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _pct(part: int, whole: int) -> float | None:
@@ -379,7 +387,8 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         loss_sent_pct=_pct(lost, scheduled_deliveries),
         loss_unsent_pct=_pct(unsent_deliveries, scheduled_deliveries),
         invalid_reasons=invalid,
-        record_issues=[c.describe() for c in plan.record_checks if c.truncated],
+        record_issues=[c.describe() for c in plan.record_checks if c.truncated]
+        + plan.record_shortfalls,
     )
 
 

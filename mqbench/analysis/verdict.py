@@ -30,7 +30,11 @@ class InvalidKind(StrEnum):
     SENDS_FAILED = "sends_failed"
     """Too many scheduled messages were never handed to a connected client."""
     RECORDS_TRUNCATED = "records_truncated"
-    """Record files lost data inside the measured window."""
+    """Record files lost data inside the measured window, or are missing or shorter than
+    their sidecars, the manifest or their writers say."""
+    INTERRUPTED = "interrupted"
+    """The run was stopped during the cell (a signal, a lost load task, a killed mqbench):
+    its window ends at the stop, so it is not the measurement the scenario planned."""
 
 
 @dataclass(frozen=True)
@@ -97,21 +101,44 @@ def unsent_reason(
     ]
 
 
-def truncation_reason(checks: list[RecordFileCheck]) -> list[InvalidReason]:
+def truncation_reason(
+    checks: list[RecordFileCheck], shortfalls: list[str] | None = None
+) -> list[InvalidReason]:
     """A reason when record files lost data the window could not be clipped around.
 
     Unclosed files whose last checkpoint is known are handled by clipping the window
-    (:func:`mqbench.analysis.plan.plan_cell`); missing counted records, torn records
-    without a sidecar, or an unclosed file without a checkpoint time make it invalid.
+    (:func:`mqbench.analysis.plan.plan_cell`); a file that is missing although its sidecar
+    or the manifest says it was written, missing counted records, torn records without a
+    sidecar, an unclosed file without a checkpoint time, or a worker whose files hold less
+    than it wrote (``shortfalls``) make it invalid: lost records are never read as loss.
     """
     bad = [
-        c
+        c.describe()
         for c in checks
-        if c.missing
+        if c.absent
+        or c.missing
         or (c.torn_bytes and c.closed is None)
         or (c.closed is False and c.checkpoint_ns is None)
     ]
+    bad += shortfalls or []
     if not bad:
         return []
-    names = "; ".join(c.describe() for c in bad)
+    names = "; ".join(bad)
     return [InvalidReason(InvalidKind.RECORDS_TRUNCATED, f"record files truncated: {names}")]
+
+
+def interrupted_reason(
+    status: str, error: str | None, window_s: float, planned_s: float | None
+) -> list[InvalidReason]:
+    """A reason when the cell was interrupted (the window ends at the stop)."""
+    if status != "interrupted":
+        return []
+    measured = f"{window_s:.1f} s measured"
+    if planned_s is not None:
+        measured += f" of the planned {planned_s:g} s"
+    why = f" ({error})" if error else ""
+    return [
+        InvalidReason(
+            InvalidKind.INTERRUPTED, f"the run was stopped during the cell{why}: {measured}"
+        )
+    ]

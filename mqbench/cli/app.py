@@ -266,7 +266,7 @@ def _run(
         argv=command_line(),
         reporter=RichReporter(console),
         only=(lambda c: c.id in selected) if selected else None,
-        manifest_extra={"calibration": check.manifest_record()},
+        calibration=check.manifest_record(),
         evaluate=analyze_cell_numpy,
         timing=check.timing_hints(),
     )
@@ -296,6 +296,8 @@ def _analyze(
         analysis = analyze_results(
             result_dir, master=master, conf=conf, approx=approx, on_progress=reporter.update
         )
+    if analysis.recovered:
+        console.print(Text.assemble(("note: ", "yellow"), analysis.recovered))
     console.print(summary_table(analysis.summaries))
     for line in backlog_notes(analysis.summaries):
         console.print(line)
@@ -323,6 +325,8 @@ def _analyze_remote(
             approx=approx,
             on_progress=reporter.update,
         )
+    if remote.analysis.recovered:
+        console.print(Text.assemble(("note: ", "yellow"), remote.analysis.recovered))
     console.print(summary_table(remote.analysis.summaries))
     if remote.analysis.faults:
         console.print(fault_table(remote.analysis.faults))

@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from mqbench.records.format import RECORD_SIZE
 
 COUNT_SUFFIX = ".count"
+_WORKER = re.compile(r"^(?:sends|deliveries)-(\d+)\.bin$")
 
 
 def count_path(path: Path | str) -> Path:
@@ -65,6 +68,9 @@ class RecordFileCheck:
     """Whether the writer closed the file (None: no sidecar, e.g. an older run)."""
     checkpoint_ns: int | None
     """When the sidecar was last written."""
+    absent: str | None = None
+    """Why the file should exist although it does not (its sidecar, the manifest's worker
+    count); None for a file that is there."""
 
     @property
     def missing(self) -> int:
@@ -73,11 +79,14 @@ class RecordFileCheck:
 
     @property
     def truncated(self) -> bool:
-        """Something is not intact: a torn record, missing records or an unclosed writer."""
-        return bool(self.torn_bytes or self.missing or self.closed is False)
+        """Something is not intact: a missing file, a torn record, missing records or an
+        unclosed writer."""
+        return bool(self.absent or self.torn_bytes or self.missing or self.closed is False)
 
     def describe(self) -> str:
         """One line: the file name and what is wrong with it ('' when intact)."""
+        if self.absent:
+            return f"{Path(self.path).name}: missing, although {self.absent}"
         problems = []
         if self.missing:
             problems.append(f"{self.missing} of {self.counted} counted records are missing")
@@ -109,3 +118,49 @@ def check_record_file(path: Path | str) -> RecordFileCheck:
         closed=closed,
         checkpoint_ns=t_ns,
     )
+
+
+def absent_file(path: Path | str, why: str) -> RecordFileCheck:
+    """The check of a record file that should exist (``why``) but does not; what its
+    sidecar says, when there is one, is kept (``counted`` records were flushed)."""
+    counted: int | None = None
+    closed: bool | None = None
+    t_ns: int | None = None
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+        data = json.loads(count_path(path).read_text(encoding="ascii"))
+        counted = int(data["records"])
+        closed = bool(data["closed"])
+        t_ns = int(data["t_ns"]) if data.get("t_ns") is not None else None
+    if counted is not None:
+        why = f"its count sidecar says {counted:,} records were written"
+    return RecordFileCheck(str(path), 0, 0, counted, closed, t_ns, absent=why)
+
+
+def expected_record_files(folder: Path, workers: Iterable[int]) -> dict[str, str]:
+    """Record file name -> why it should exist: every count sidecar's file, and both files
+    (``sends-<w>.bin``, ``deliveries-<w>.bin``) of every worker the manifest names (each
+    worker opens both before the first message)."""
+    expected: dict[str, str] = {}
+    for w in sorted(set(workers)):
+        for kind in ("deliveries", "sends"):
+            expected[f"{kind}-{w}.bin"] = f"the manifest says worker {w} ran"
+    for sidecar in folder.glob(f"*.bin{COUNT_SUFFIX}"):
+        name = sidecar.name.removesuffix(COUNT_SUFFIX)
+        expected.setdefault(name, "its count sidecar exists")
+    return expected
+
+
+def writer_shortfalls(checks: Iterable[RecordFileCheck], written: Mapping[int, int]) -> list[str]:
+    """One line per worker whose two record files hold fewer whole records than the worker
+    said it wrote (``records_written`` in its last stats, kept by the manifest)."""
+    held: dict[int, int] = {}
+    for check in checks:
+        match = _WORKER.match(Path(check.path).name)
+        if match is not None:
+            w = int(match.group(1))
+            held[w] = held.get(w, 0) + check.records
+    lines = []
+    for w, count in sorted(written.items()):
+        if count > held.get(w, 0):
+            lines.append(f"worker {w} wrote {count:,} records; its files hold {held.get(w, 0):,}")
+    return lines

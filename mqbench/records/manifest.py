@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import platform
 import socket
@@ -10,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,8 @@ import psutil
 
 from mqbench import __version__
 from mqbench.records.cell_entry import CellEntry
-from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.results import MANIFEST, write_json_atomic
+from mqbench.records.run_manifest import RunManifest, RunnerProcess, RunStatus, utc_now
 
 
 def git_commit() -> str | None:
@@ -59,48 +59,69 @@ def _nofile_limit() -> int | None:
 
 
 class Manifest:
-    """In-memory manifest, saved atomically whenever something changes.
+    """The run's manifest in memory (a :class:`RunManifest`), saved atomically whenever
+    something changes.
 
-    Top-level entries live in :attr:`data`; cells are :class:`CellEntry` records, added
-    with :meth:`add_cell` and changed with :meth:`update_cell` (thread-safe: a broker-exit
-    watcher thread updates a cell while the run does).
+    Thread-safe: a broker-exit watcher thread updates a cell while the run does. Cells are
+    added with :meth:`add_cell` and changed with :meth:`update_cell`; header entries with
+    :meth:`update`; the run ends once, through :meth:`finish` (the state machine of
+    ``run_manifest.py``).
     """
 
     def __init__(
-        self, result_dir: Path, scenario: dict[str, Any], scenario_file: str, argv: list[str]
+        self,
+        result_dir: Path,
+        scenario: dict[str, Any],
+        scenario_file: str,
+        argv: list[str],
+        **header: Any,
     ) -> None:
+        """Start a ``running`` manifest; ``header`` sets further :class:`RunManifest`
+        fields (``scenario_input``, ``security``, ``calibration``)."""
         self.path = result_dir / MANIFEST
         self._lock = threading.RLock()
-        self._cells: list[CellEntry] = []
-        self.data: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "status": "running",
-            "error": None,
-            "tool": {"name": "mqbench", "version": __version__, "git_commit": git_commit()},
-            "command_line": argv,
-            "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "finished_utc": None,
-            "host": host_facts(),
-            "scenario_file": scenario_file,
-            "scenario": scenario,
-        }
+        self._run = RunManifest(
+            status="running",
+            tool={"name": "mqbench", "version": __version__, "git_commit": git_commit()},
+            command_line=tuple(argv),
+            created_utc=utc_now(),
+            host=host_facts(),
+            scenario_file=scenario_file,
+            scenario=scenario,
+            runner=RunnerProcess.current(),
+            **header,
+        )
+
+    @property
+    def run(self) -> RunManifest:
+        """The manifest as it stands (a frozen value)."""
+        with self._lock:
+            return self._run
 
     @property
     def cells(self) -> list[CellEntry]:
         """Every cell entry so far, in run order."""
         with self._lock:
-            return list(self._cells)
+            return list(self._run.cells)
+
+    def update(self, change: Callable[[RunManifest], RunManifest]) -> RunManifest:
+        """Replace the manifest by ``change(manifest)`` (atomically) and save.
+
+        Example: ``manifest.update(lambda m: replace(m, search=report))``.
+        """
+        with self._lock:
+            self._run = new = change(self._run)
+        self.save()
+        return new
 
     def add_cell(self, cell: CellEntry) -> None:
         """Append a cell entry and save."""
-        with self._lock:
-            self._cells.append(cell)
-        self.save()
+        self.update(lambda m: replace(m, cells=(*m.cells, cell)))
 
     def cell(self, cell_id: str) -> CellEntry:
         """The stored entry of ``cell_id``."""
         with self._lock:
-            return self._cells[self._position(cell_id)]
+            return self._run.cell(cell_id)
 
     def update_cell(self, cell_id: str, change: Callable[[CellEntry], CellEntry]) -> CellEntry:
         """Replace the entry of ``cell_id`` by ``change(entry)`` (atomically) and save.
@@ -108,29 +129,24 @@ class Manifest:
         Example: ``manifest.update_cell(cid, lambda c: replace(c, status="completed"))``.
         """
         with self._lock:
-            k = self._position(cell_id)
-            self._cells[k] = new = change(self._cells[k])
+            cells = list(self._run.cells)
+            k = next((k for k, c in enumerate(cells) if c.id == cell_id), None)
+            if k is None:
+                raise KeyError(cell_id)
+            cells[k] = new = change(cells[k])
+            self._run = replace(self._run, cells=tuple(cells))
         self.save()
         return new
 
-    def _position(self, cell_id: str) -> int:
-        for k, cell in enumerate(self._cells):
-            if cell.id == cell_id:
-                return k
-        raise KeyError(cell_id)
-
-    def finish(self, status: str, error: str | None = None) -> None:
-        """Record the final status of the run and save."""
-        with self._lock:
-            self.data["status"] = status
-            self.data["error"] = error
-            self.data["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self.save()
+    def finish(self, status: RunStatus, error: str | None = None) -> None:
+        """Record the final status of the run and save (RunStateError when it already
+        ended: a run ends once)."""
+        self.update(lambda m: m.finished(status, error))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (docs/results.md, "manifest.json")."""
         with self._lock:
-            return {**self.data, "cells": [c.to_dict() for c in self._cells]}
+            return self._run.to_dict()
 
     def save(self) -> None:
         """Write the manifest atomically."""

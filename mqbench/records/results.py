@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.errors import ResultsError, ResultsWriteError
-from mqbench.records.format import SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
 
@@ -129,22 +128,3 @@ class SpaceReserve:
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink()
-
-
-def read_manifest(result_dir: Path) -> dict[str, Any]:
-    """Read and check a run's manifest."""
-    path = result_dir / MANIFEST
-    if not result_dir.is_dir():
-        raise ResultsError(f"{result_dir}: no such result folder")
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(f"{result_dir}: no {MANIFEST} (not an mqbench result folder)") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path}: schema version {version!r}, this mqbench reads version {SCHEMA_VERSION}"
-        )
-    return data

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mqbench.analysis.repeats import RepeatAggregate
+from mqbench.records.run_manifest import RunManifest
 
 
 @dataclass(frozen=True)
@@ -162,11 +163,10 @@ class Matrix:
     """Declared order of the named axes' values (targets as the scenario lists them)."""
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> Matrix:
+    def from_manifest(cls, manifest: RunManifest) -> Matrix:
         """The matrix of the resolved scenario in ``manifest``; for a manifest without one
         (written by hand, or trimmed), the topology of its cells decides the size axis."""
-        scenario = manifest.get("scenario")
-        scenario = scenario if isinstance(scenario, Mapping) else {}
+        scenario = manifest.scenario
         name = str(scenario.get("name") or "?")
         workload = scenario.get("workload")
         order: dict[str, tuple[Any, ...]] = {}
@@ -182,9 +182,7 @@ class Matrix:
             if isinstance(broker, Mapping):
                 order["options"] = tuple(options_label(o) for o in _as_list(broker.get("options")))
         else:
-            params = [
-                c.get("params") or {} for c in manifest.get("cells") or [] if isinstance(c, dict)
-            ]
+            params = [c.params for c in manifest.cells]
             topologies = {str(p["topology"]) for p in params if p.get("topology")}
             topology = topologies.pop() if len(topologies) == 1 else None
             fault = next((fault_label(p.get("faults")) for p in params), None)

@@ -64,9 +64,8 @@ def _pooled(runs: Sequence[LoadedRun]) -> tuple[list[CellSummary], dict[str, lis
             entry = run.cells.get(s.cell_id.split("/", 1)[1] if mixed else s.cell_id)
             if entry is None:
                 continue
-            cid = str(entry.get("id"))
             try:
-                plan = plan_cell(entry, run.cell_folder(cid))
+                plan = plan_cell(entry, run.cell_folder(entry.id))
             except AnalysisError:
                 continue  # no usable records (e.g. a committed baseline of summaries only)
             plans.setdefault(base_id(s.cell_id, s.repeat), []).append(plan)
@@ -122,6 +121,8 @@ def build_report(
     text = render(tables, fmt, pre if fmt != "csv" else "")
     report = Report(text, tables, aggs, axes)
     for r in runs:
+        if r.recovered:
+            report.notes.append(r.recovered)
         if r.analysed_now:
             report.notes.append(
                 f"{r.path}: analysed {len(r.analysed_now)} cell(s) with the numpy engine"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +42,7 @@ from mqbench.records.events import EventKind, EventLog
 from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, RunPublisher
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
+from mqbench.records.run_manifest import run_failure
 from mqbench.records.timing import TimingEntry
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Faults, Scenario
@@ -144,22 +146,11 @@ class RunResult:
         return [c for c in self.cells if c.broker_exit is not None]
 
     def failure(self) -> MqbenchError | None:
-        """Why the run as a whole failed (cells that failed, brokers that died), or None."""
-        failed = self.failed_cells
-        if failed:
-            return MqbenchError(
-                f"{len(failed)} of {len(self.cells)} cell(s) failed; "
-                f"{failed[0].id}: {failed[0].error}"
-            )
-        exits = self.broker_exits
-        if exits and exits[0].broker_exit is not None:
-            first = exits[0].broker_exit
-            return MqbenchError(
-                f"the broker died in {len(exits)} of {len(self.cells)} cell(s); "
-                f"{exits[0].id}: {first.reason or 'exited'} (exit code {first.exit_code}); "
-                "results are marked invalid"
-            )
-        return None
+        """Why the run as a whole failed (cells that failed, brokers that died), or None:
+        the manifest's ``failed`` status and mqbench's exit code 1 come from the same
+        :func:`run_failure`."""
+        reason = run_failure(self.cells)
+        return None if reason is None else MqbenchError(reason)
 
 
 class RunInterrupted(MqbenchError):
@@ -200,15 +191,15 @@ def run_scenario(
     argv: list[str],
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
-    manifest_extra: dict[str, Any] | None = None,
+    calibration: Mapping[str, Any] | None = None,
     evaluate: Evaluate | None = None,
     timing: TimingHints | None = None,
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
 
     Nothing is created or started before :func:`workload.preflight.preflight` passes.
-    ``manifest_extra`` adds top-level manifest entries decided before the run (e.g. the
-    ``calibration`` the CLI checked the cells against). ``evaluate`` summarises a finished
+    ``calibration`` is the manifest's record of the calibration the CLI checked the cells
+    against. ``evaluate`` summarises a finished
     step of a saturation search (``workload.search``); a scenario with a ``search`` needs
     one. ``timing``: the calibration's wake-up floors and ceilings (``workload.cell_timing``).
     """
@@ -241,7 +232,7 @@ def run_scenario(
                 local_root,
                 argv,
                 reporter,
-                manifest_extra,
+                calibration,
                 search,
                 security,
                 run_timing,
@@ -299,7 +290,7 @@ def _run_cells(
     out_root: Path,
     argv: list[str],
     reporter: RunReporter,
-    manifest_extra: dict[str, Any] | None,
+    calibration: Mapping[str, Any] | None,
     search: SearchTracker | None,
     security: RunSecurity,
     run_timing: RunTiming,
@@ -314,11 +305,14 @@ def _run_cells(
             shown = output.reserve(result_dir)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
         manifest = Manifest(
-            result_dir, redact(scenario.model_dump(mode="json")), scenario_file, redact_argv(argv)
+            result_dir,
+            redact(scenario.model_dump(mode="json")),
+            scenario_file,
+            redact_argv(argv),
+            scenario_input=redact(scenario_data),
+            security=security.describe(),
+            calibration=calibration,
         )
-        manifest.data["scenario_input"] = redact(scenario_data)
-        manifest.data.update(manifest_extra or {})
-        manifest.data["security"] = security.describe()
         manifest.save()
 
     def publish() -> None:
@@ -345,8 +339,7 @@ def _run_cells(
             _run_cell(scenario, cell, result_dir, manifest, reporter, run_tag, security, run_timing)
             if search is not None:
                 search.observe(cell, manifest.cell(cell.id), result_dir / "cells" / cell.id)
-                manifest.data["search"] = search.report()
-                manifest.save()
+                manifest.update(functools.partial(replace, search=search.report()))
             publish()
     except (KeyboardInterrupt, RunInterrupted) as exc:
         signum = _stop_signal(exc)
@@ -376,12 +369,10 @@ def _run_cells(
     finally:
         reserve.release()
     entries = manifest.cells
-    statuses = [c.status for c in entries if c.status != "skipped"]
-    status = "completed" if any(s == "completed" for s in statuses) else "failed"
-    errors = [c.error for c in entries if c.error]
-    manifest.finish(status, errors[0] if status == "failed" and errors else None)
+    failure = run_failure(entries)
+    manifest.finish("failed" if failure else "completed", failure)
     publish()
-    return RunResult(result_dir, status, entries)
+    return RunResult(result_dir, manifest.run.status, entries)
 
 
 def _run_cell(

@@ -185,7 +185,7 @@ def test_targets_and_run_say_how_to_install_when_maven_and_the_jars_are_missing(
     out = tmp_path / "results"
     result = runner.invoke(app, ["run", str(scenario), "--out", str(out)])
     assert result.exit_code == 1
-    assert result.output.startswith("error: target 'hivemq': hivemq 2025.5: ")
+    assert result.output.startswith(f"error: {scenario}: target 'hivemq': hivemq 2025.5: ")
     assert "install with: scripts/install.sh" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (out / "java").exists()
