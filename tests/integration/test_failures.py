@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mqbench.analysis.api import analyze_run
+from mqbench.analysis.api import analyze_results, analyze_run
 from mqbench.records.format import RECORD_SIZE
 from mqbench.workload.capacity import open_files_limit
 
@@ -161,7 +161,10 @@ def test_a_broker_killed_mid_run_makes_the_cell_invalid_and_counts_never_sent_me
     assert proc.returncode == 1, output
     assert "the broker died in 1 of 1 cell(s)" in output and "killed by SIGKILL" in output
     assert "Traceback" not in output
-    (cell,) = manifest_of(out)["cells"]
+    manifest = manifest_of(out)
+    assert manifest["status"] == "failed"  # as the exit code says
+    assert manifest["error"].startswith("the broker died in 1 of 1 cell(s)")
+    (cell,) = manifest["cells"]
     assert cell["status"] == "completed"
     exit_info = cell["broker_exit"]
     assert (exit_info["pid"], exit_info["exit_code"], exit_info["signal"]) == (
@@ -282,7 +285,7 @@ def test_sigkill_of_the_process_group_leaves_no_broker_or_worker_running(
     proc = start_run(write_scenario(tmp_path, "mosquitto", duration="60s"), out)
     no_leftovers.append(proc)
     cell_dir = wait_for_sends(out, proc)
-    time.sleep(1.2)  # at least one checkpoint of records in the window
+    time.sleep(3.5)  # past the 1 s warm-up and 1 s drain: the window has checkpointed records
     children = descendants(proc.pid)
     (cell,) = manifest_of(out)["cells"]
     assert int(cell["broker"]["pid"]) in children
@@ -295,6 +298,13 @@ def test_sigkill_of_the_process_group_leaves_no_broker_or_worker_running(
         count = json.loads((cell_dir / f"{name}.count").read_text())
         assert size % RECORD_SIZE == 0 and size // RECORD_SIZE >= count["records"] > 0
         assert count["closed"] is False
+    assert manifest_of(out)["status"] == "running"  # nobody was left to finish it
+    analysis = analyze_results(result_dir(out), engine="numpy")
+    assert analysis.recovered is not None and "is gone" in analysis.recovered
+    (summary,) = analysis.summaries
+    assert summary.status == "interrupted" and summary.received > 0
+    assert "interrupted" in [r.kind.value for r in summary.invalid_reasons]
+    assert manifest_of(out)["status"] == "interrupted"
 
 
 # -- a full disk ---------------------------------------------------------------------------
@@ -367,7 +377,7 @@ def test_run_refuses_before_load_when_the_results_would_not_fit_on_disk(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     line = done.stderr.strip()
-    assert line.startswith("error: results need about ") and "free" in line
+    assert line.startswith(f"error: {path}: results need about ") and "free" in line
     assert str(small_tmpfs) in line
     assert not out.exists() or not any(out.rglob("manifest.json"))
 

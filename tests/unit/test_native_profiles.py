@@ -194,7 +194,7 @@ def test_run_refuses_a_profile_larger_than_the_machine_before_creating_results(
     result = CliRunner().invoke(app, ["run", str(scenario), "--out", str(out)])
     assert result.exit_code == 1
     assert result.output.startswith(
-        "error: resources profile '4cpu-8g' asks for 4 CPUs but this machine has 2"
+        f"error: {scenario}: resources profile '4cpu-8g' asks for 4 CPUs but this machine has 2"
     )
     assert "Traceback" not in result.output
     assert not (out / "big").exists()
@@ -215,7 +215,7 @@ def test_run_without_cgroup_access_fails_in_one_line_before_creating_results(
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("error: cannot create cgroup ")
+    assert lines[0].startswith(f"error: {scenario}: cannot create cgroup ")
     assert "native resource profiles need write access" in lines[0]
     assert not (out / "nocg").exists()
 
@@ -227,6 +227,7 @@ def test_run_with_an_unknown_profile_is_one_line_before_creating_results(tmp_pat
     result = CliRunner().invoke(app, ["run", str(scenario), "--out", str(out)])
     assert result.exit_code == 1
     assert result.output.strip() == (
-        "error: unknown resources profile '3cpu' (known: 1cpu-2g, 2cpu-4g, 4cpu-8g, unlimited)"
+        f"error: {scenario}: unknown resources profile '3cpu' (known: 1cpu-2g, 2cpu-4g, "
+        "4cpu-8g, unlimited)"
     )
     assert not (out / "unk").exists()

@@ -15,6 +15,7 @@ from analysis_fixtures import Traits, scenario_run
 
 from mqbench.analysis.run_summaries import load_run
 from mqbench.cli.tables import summary_table
+from mqbench.records.run_manifest import RunManifest
 from mqbench.report import Report, build_report
 from mqbench.report.axes import Matrix
 from mqbench.report.draw import draw, legend_columns, plain_number, thin_ticks
@@ -289,10 +290,16 @@ def test_a_wide_size_axis_is_drawn_on_a_log_axis_labelled_with_its_values(
 
 
 def test_a_manifest_without_the_resolved_scenario_takes_the_size_axis_from_its_cells() -> None:
-    manifest = {
-        "scenario": {"name": "hand-written"},
-        "cells": [{"params": {"topology": "pairs", "target": "b"}}, {"params": {"target": "a"}}],
-    }
+    manifest = RunManifest.from_dict(
+        {
+            "schema_version": 1,
+            "scenario": {"name": "hand-written"},
+            "cells": [
+                {"id": "1", "params": {"topology": "pairs", "target": "b"}},
+                {"id": "2", "params": {"target": "a"}},
+            ],
+        }
+    )
     matrix = Matrix.from_manifest(manifest)
     assert "pairs" in matrix.axes
     assert "publishers" not in matrix.axes and "subscribers" not in matrix.axes
