@@ -27,6 +27,9 @@ APT_PACKAGES=(
                                          #   probe in benchmarks/latency_sweep.py
 )
 JAVA_PACKAGE=openjdk-17-jdk-headless
+# --dev only: a real Prometheus scrapes `run --metrics` in its test, and pdflatex compiles the
+# report's LaTeX into a two-column paper (adds ~70 MB; docs/reports.md).
+DEV_APT_PACKAGES=(prometheus texlive-latex-base texlive-latex-recommended)
 
 say() { printf 'mqbench install: %s\n' "$*"; }
 
@@ -41,6 +44,9 @@ missing_packages() {
 need=()
 if command -v dpkg-query >/dev/null 2>&1; then
     mapfile -t need < <(missing_packages "${APT_PACKAGES[@]}")
+    if ((DEV)); then
+        mapfile -t -O "${#need[@]}" need < <(missing_packages "${DEV_APT_PACKAGES[@]}")
+    fi
 fi
 if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
     need+=("$JAVA_PACKAGE")

@@ -140,7 +140,16 @@ def _field(name: str) -> Callable[[CellSummary], float | None]:
     return get
 
 
+def _expected_rate(s: CellSummary) -> float | None:
+    """Deliveries per second the schedule asked for in the window (offered x fan-out)."""
+    if not s.window_s or s.expected_scheduled is None:
+        return None
+    return s.expected_scheduled / s.window_s
+
+
 METRICS: Final[dict[str, Callable[[CellSummary], float | None]]] = {
+    "offered_rate": _field("offered_rate"),
+    "expected_rate": _expected_rate,
     "throughput_msg_s": _field("throughput_msg_s"),
     "send_rate": _field("send_rate"),
     "loss_pct": _field("loss_pct"),

@@ -42,7 +42,12 @@ def report(
         list[str], typer.Argument(metavar="RESULT_DIR...", help="One or more result folders.")
     ],
     fmt: Annotated[
-        str, typer.Option("--format", help="Table format: md, latex, csv or html.")
+        str,
+        typer.Option(
+            "--format",
+            help="Table format: md, latex (fits a column), latex-wide (table*), csv (one number "
+            "per column) or html (a standalone page).",
+        ),
     ] = "md",
     figures: Annotated[
         Path | None,

@@ -18,6 +18,7 @@ from mqbench.report.draw import NamedFigure, render_figures, save_figure
 from mqbench.report.figures import build_figures
 from mqbench.report.render import FORMATS, Table, render
 from mqbench.report.tables import build_tables
+from mqbench.report.tidy import render_tidy_csv
 
 
 @dataclass
@@ -118,7 +119,7 @@ def build_report(
     axes = ReportAxes.of([Matrix.from_manifest(r.manifest) for r in runs])
     tables = build_tables(aggs, axes)
     pre = preamble(runs)
-    text = render(tables, fmt, pre if fmt != "csv" else "")
+    text = render_tidy_csv(aggs, axes) if fmt == "csv" else render(tables, fmt, pre)
     report = Report(text, tables, aggs, axes)
     for r in runs:
         if r.recovered:

@@ -38,11 +38,11 @@ NOTES: Final[dict[Mark, str]] = {
     Mark.SATURATED: "† generator saturated in at least one repeat: the load generator, not "
     "the broker, limited this cell (numbers are not broker capacity).",
     Mark.LATENCY_BOUND: "‡ latency generator-bound in at least one repeat: the generator's "
-    "send lag is a material share of the latency (see docs/results.md); it describes "
-    "mqbench, not the broker.",
+    "send lag was over 10 % of the latency p50 or over 25 % of its p99, so the latency "
+    "describes the load generator, not the broker.",
     Mark.INVALID: "§ invalid in at least one repeat for a reason other than the generator "
-    "(the broker exited, sends failed, or records were truncated; see invalid_reasons in "
-    "summary.json): the numbers do not measure the broker.",
+    "(the broker exited, sends failed, or records were truncated): the numbers do not "
+    "measure the broker.",
     Mark.BACKLOG: "¶ the broker was still delivering when the drain ended in at least one "
     "repeat (backlog_at_drain_end): the loss counts messages not delivered by then, which "
     "may include messages it still held, not only drops; a longer workload.drain tells them "

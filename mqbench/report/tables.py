@@ -12,38 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from mqbench.analysis.repeats import MeanCI, RepeatAggregate
+from mqbench.analysis.repeats import RepeatAggregate
 from mqbench.report.axes import COUNT_AXES, ReportAxes, axis_text, axis_value, heading
 from mqbench.report.labels import RESOURCE_METRICS, label, sentence
 from mqbench.report.marks import NOTES, Mark, marks_of, ordered, with_marks
-from mqbench.report.render import Table
+from mqbench.report.numbers import fmt_ci, fmt_value
+from mqbench.report.render import Table, slug
 
 LATENCY_NOTE: Final = "Latency from the intended send time (corrected for coordinated omission)."
 SHORT: Final = {"throughput_msg_s": "throughput", "broker_cpu_cores_mean": "cpu"}
 SHORT_RSS: Final = "rss"
-
-
-def fmt_value(value: float | None, digits: int = 3) -> str:
-    """A number with about ``digits`` significant digits (thousands separated)."""
-    if value is None:
-        return "-"
-    mag = abs(value)
-    if mag >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    if mag == 0:
-        return "0"
-    decimals = max(0, digits - 1 - int(f"{mag:e}".split("e")[1]))
-    return f"{value:.{decimals}f}"
-
-
-def fmt_ci(m: MeanCI, scale: float = 1.0, digits: int = 3) -> str:
-    """``mean`` or ``mean ± ci`` (scaled)."""
-    if m.mean is None:
-        return "-"
-    text = fmt_value(m.mean * scale, digits)
-    if m.ci95 is not None:
-        text += f" ± {fmt_value(m.ci95 * scale, 2)}"
-    return text
 
 
 def notes_for(marks: set[Mark], first: Sequence[str] = ()) -> list[str]:
@@ -92,9 +70,8 @@ def pivot(
                 row.append("; ".join(texts) if texts else "-")
             rows.append(row)
         suffix = f" ({facet})" if facet else ""
-        slug = key if not facet else f"{key}-{len(tables) + 1}"
         notes = notes_for(used, [note] if note else [])
-        tables.append(Table(slug, title + suffix, header, rows, notes))
+        tables.append(Table(slug(key, facet), title + suffix, header, rows, notes))
     return tables
 
 
