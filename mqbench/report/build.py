@@ -17,7 +17,7 @@ from mqbench.report.axes import Matrix, ReportAxes
 from mqbench.report.draw import NamedFigure, render_figures, save_figure
 from mqbench.report.figures import build_figures
 from mqbench.report.render import FORMATS, Table, render
-from mqbench.report.tables import build_tables
+from mqbench.report.tables import build_tables, repeats_note
 from mqbench.report.tidy import render_tidy_csv
 
 
@@ -73,8 +73,8 @@ def _pooled(runs: Sequence[LoadedRun]) -> tuple[list[CellSummary], dict[str, lis
     return summaries, plans
 
 
-def preamble(runs: Sequence[LoadedRun]) -> str:
-    """The lines above the tables: which runs, how to read the numbers."""
+def preamble(runs: Sequence[LoadedRun], note: str | None = None) -> str:
+    """The lines above the tables: which runs, how to read the numbers (and ``note``)."""
     lines = ["mqbench report"]
     for r in runs:
         lines.append(f"Run {r.path.name}: scenario {r.scenario}, {len(r.summaries)} cell(s).")
@@ -82,6 +82,8 @@ def preamble(runs: Sequence[LoadedRun]) -> str:
         "Values are means over repeats (± 95 % Student-t half-width when n >= 2); latency in "
         "ms from the intended send time."
     )
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 
@@ -118,9 +120,12 @@ def build_report(
     aggs = aggregate_repeats(summaries)
     axes = ReportAxes.of([Matrix.from_manifest(r.manifest) for r in runs])
     tables = build_tables(aggs, axes)
-    pre = preamble(runs)
+    few = repeats_note(aggs)
+    pre = preamble(runs, few)
     text = render_tidy_csv(aggs, axes) if fmt == "csv" else render(tables, fmt, pre)
     report = Report(text, tables, aggs, axes)
+    if few:
+        report.notes.append(few)
     for r in runs:
         if r.recovered:
             report.notes.append(r.recovered)

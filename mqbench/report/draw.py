@@ -1,18 +1,21 @@
 """Draw :class:`~mqbench.report.plotdata.FigureData` with matplotlib and save it.
 
 matplotlib's object API on the Agg canvas (no pyplot state, no display), constrained
-layout. One legend per figure, outside and below the panels, so it never covers a title or
-data. Log axes in milliseconds read 0.1, 0.2, 0.5, 1, 2 (never 10^-1); the tail's log axis
-reads 1, 0.1, 0.01. Marks: hatched bars, hollow (†) or crossed (§) points, dashed (†),
-dotted (‡) or dash-dotted (§) distribution lines, each with a legend entry; the mark's
-symbol is written next to marked bars and points, as in the tables.
+layout, fonts sized for print (:data:`PRINT_RC`: 8 pt text, 7 pt ticks and legend at 3.5 or
+7 in wide) and PDFs with TrueType (Type 42) fonts, never Type 3. One legend per figure,
+outside and below the panels, so it never covers a title or data; a note under it says
+what the error bars are. Log axes in milliseconds read 0.1, 0.2, 0.5, 1, 2 (never 10^-1);
+the tail's log axis reads 1, 0.1, 0.01. Marks: hollow (†, ‡) or crossed (§) points, dashed
+(†), dotted (‡) or dash-dotted (§) distribution lines, each with a legend entry; the
+mark's symbol is written next to marked points, as in the tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -21,14 +24,8 @@ import numpy as np
 
 from mqbench.errors import UsageError
 from mqbench.report.marks import LEGEND, Mark
-from mqbench.report.plotdata import FigureData, Panel
+from mqbench.report.plotdata import FigureData, Panel, Point
 
-HATCHES: Final[dict[Mark, str]] = {
-    Mark.SATURATED: "///",
-    Mark.LATENCY_BOUND: "...",
-    Mark.INVALID: "xx",
-    Mark.BACKLOG: "\\\\",
-}
 LINESTYLES: Final[dict[Mark, Literal["--", ":", "-."]]] = {
     Mark.SATURATED: "--",
     Mark.LATENCY_BOUND: ":",
@@ -44,10 +41,37 @@ MARKERS: Final[dict[Mark, tuple[str, bool]]] = {
 """Marker and whether it is filled, for a point with the mark."""
 PRIORITY: Final = (Mark.INVALID, Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG)
 """Which mark's style wins when a value has several (every symbol is still written)."""
+STAT_MARKERS: Final = {"": "o", "p50": "o", "p99": "^"}
 LEGEND_COLUMNS: Final = 4
-TITLE_CHARS_PER_INCH: Final = 8.5
-"""Characters of a title line per inch of figure width (longer titles wrap)."""
-DPI: Final = 150
+TITLE_CHARS_PER_INCH: Final = 15.0
+"""Characters of a 9 pt title line per inch of figure width (longer titles wrap)."""
+DPI: Final = 300
+PRINT_RC: Final[dict[str, Any]] = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 9,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4,
+    "errorbar.capsize": 2,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+}
+"""Print sizes: legible at 3.5 in (one column) and 7 in (two); TrueType fonts in PDFs."""
+MIN_FONT_PT: Final = 7.0
+"""The smallest text a figure has (ticks, legend, notes, mark symbols)."""
+
+
+@contextlib.contextmanager
+def print_style() -> Iterator[None]:
+    """matplotlib settings of :data:`PRINT_RC` while drawing or saving."""
+    from matplotlib import rc_context
+
+    with rc_context(PRINT_RC):  # type: ignore[arg-type]
+        yield
 
 
 @dataclass
@@ -158,8 +182,8 @@ def _set_ticks(ax: Any, panel: Panel, size: tuple[float, float]) -> None:
         ("y", panel.yscale, panel.yticks),
     ):
         axis = ax.xaxis if which == "x" else ax.yaxis
-        if which == "x" and panel.kind == "bars":
-            continue  # categories, labelled by _draw_bars
+        if which == "x" and panel.kind == "points":
+            continue  # categories, labelled by _draw_points
         if style == "values":
             xs = [float(p.x) for s in panel.series for p in s.points]
             axis.set_major_locator(FixedLocator(thin_ticks(xs, scale == "log")))
@@ -185,78 +209,86 @@ def _mark_text(ax: Any, x: float, y: float, marks: Sequence[Mark]) -> None:
             textcoords="offset points",
             ha="center",
             va="bottom",
-            fontsize="small",
+            fontsize=MIN_FONT_PT,
         )
+
+
+def _errorbar(ax: Any, x: float, p: Point, color: Any) -> None:
+    """The confidence interval of one mean at ``x`` (nothing when there is none)."""
+    if p.low is None or p.high is None:
+        return
+    yerr = [[p.y - p.low], [p.high - p.y]]
+    ax.errorbar([x], [p.y], yerr=yerr, fmt="none", ecolor=color, linewidth=0.8)
+
+
+def _point_style(marks: Sequence[Mark], stat: str, color: Any) -> dict[str, Any]:
+    """Marker of a point: its stat's shape, hollow when marked († ‡ ¶), an X for §."""
+    style = _style(marks)
+    marker = "X" if style is Mark.INVALID else STAT_MARKERS.get(stat, "o")
+    hollow = style in (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG)
+    return {
+        "marker": marker,
+        "linestyle": "",
+        "color": color,
+        "markerfacecolor": "white" if hollow else color,
+        "markersize": 5 if style else 4,
+    }
 
 
 def _draw_lines(ax: Any, panel: Panel, colors: dict[str, Any]) -> None:
     ax.margins(x=0.08, y=0.15)  # room for the mark symbols above the points
     drawn = [s for s in panel.series if s.points]
+    for x0, x1 in panel.shaded:
+        ax.axvspan(x0, x1, color="0.85", zorder=0, linewidth=0)
+    if panel.ideal and drawn:
+        values = [v for s in drawn for p in s.points for v in (float(p.x), p.y) if v > 0]
+        lo, hi = min(values), max(values)
+        ax.plot([lo, hi], [lo, hi], color="0.4", linestyle="--", linewidth=0.8)
     for i, s in enumerate(drawn):
         color = colors[s.label]
         xs = [float(p.x) for p in s.points]
         # earlier lines wider, so a line hidden under a later one with equal values shows
-        width = 1.3 + 1.6 * (len(drawn) - 1 - i) / max(1, len(drawn) - 1)
-        ax.plot(xs, s.ys, color=color, linewidth=width, label=s.label)
+        width = 1.0 + 1.0 * (len(drawn) - 1 - i) / max(1, len(drawn) - 1)
+        dashes = "--" if s.stat == "p99" else "-"
+        ax.plot(xs, s.ys, color=color, linewidth=width, linestyle=dashes, label=s.label)
         for p in s.points:
-            style = _style(p.marks)
-            marker, filled = MARKERS[style] if style else ("o", True)
-            ax.plot(
-                [float(p.x)],
-                [p.y],
-                marker=marker,
-                linestyle="",
-                color=color,
-                markerfacecolor=color if filled else "white",
-                markersize=7 if style else 5,
-            )
+            _errorbar(ax, float(p.x), p, color)
+            ax.plot([float(p.x)], [p.y], **_point_style(p.marks, s.stat, color))
             _mark_text(ax, float(p.x), p.y, p.marks)
 
 
-def _draw_bars(ax: Any, panel: Panel, colors: dict[str, Any], panel_width: float) -> None:
+def _draw_points(ax: Any, panel: Panel, colors: dict[str, Any], panel_width: float) -> None:
+    """Points over categories: the series of one label side by side, p50 and p99 of a label
+    at the same place (one above the other)."""
     series = [s for s in panel.series if s.points]
-    width = 0.8 / max(1, len(series))
+    labels = list(dict.fromkeys(s.label for s in series))
+    step = 0.7 / max(1, len(labels))
     index = {c: i for i, c in enumerate(panel.categories)}
-    for i, s in enumerate(series):
-        offset = (i - (len(series) - 1) / 2) * width
+    for s in series:
+        offset = (labels.index(s.label) - (len(labels) - 1) / 2) * step
+        color = colors[s.label]
         for p in s.points:
             x = index[str(p.x)] + offset
-            hatch = "".join(HATCHES[m] for m in p.marks) or None
-            ax.bar(
-                [x],
-                [p.y],
-                width,
-                color=colors[s.label],
-                edgecolor="black",
-                linewidth=0.5,
-                hatch=hatch,
-            )
-            low = p.y if p.low is None else min(p.low, p.y)
-            high = p.y if p.high is None else max(p.high, p.y)
-            ax.errorbar(
-                [x],
-                [p.y],
-                yerr=[[p.y - low], [high - p.y]],
-                fmt="none",
-                ecolor="black",
-                capsize=2,
-                linewidth=0.8,
-            )
-            _mark_text(ax, x, high, p.marks)
-    labels = list(panel.categories)
-    # a label is about 0.09 in per character; slanted labels when they would touch
-    crowded = len(labels) > 1 and 0.09 * sum(len(c) + 2 for c in labels) > 0.75 * panel_width
+            _errorbar(ax, x, p, color)
+            ax.plot([x], [p.y], **_point_style(p.marks, s.stat, color))
+            _mark_text(ax, x, p.high if p.high is not None else p.y, p.marks)
+    names = list(panel.categories)
+    # a 7 pt label is about 0.06 in per character; slanted labels when they would touch
+    crowded = len(names) > 1 and 0.06 * sum(len(c) + 2 for c in names) > 0.8 * panel_width
     ax.set_xticks(
-        range(len(labels)),
-        labels,
+        range(len(names)),
+        names,
         rotation=30 if crowded else 0,
         ha="right" if crowded else "center",
         rotation_mode="anchor",
     )
-    ax.set_xlim(-0.6, len(labels) - 0.4)
-    values = [v for s in series for p in s.points for v in (p.y, p.low, p.high) if v]
-    low, high = _data_range(values)
-    ax.set_ylim(low / 1.6, high * 1.6)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    if panel.yscale == "log":
+        values = [v for s in series for p in s.points for v in (p.y, p.low, p.high) if v]
+        low, high = _data_range(values)
+        ax.set_ylim(low / 1.6, high * 1.6)
+    else:
+        ax.margins(y=0.15)
 
 
 def _draw_steps(ax: Any, panel: Panel, colors: dict[str, Any]) -> None:
@@ -276,92 +308,121 @@ def _draw_steps(ax: Any, panel: Panel, colors: dict[str, Any]) -> None:
 
 
 def legend_columns(labels: Sequence[str], width: float) -> int:
-    """Legend columns that fit ``width`` inches: an entry is about 0.075 in per character
-    of its label plus 0.6 in for the handle and the gap."""
-    widest = max((0.075 * len(t) + 0.6 for t in labels), default=1.0)
+    """Legend columns that fit ``width`` inches: a 7 pt entry is about 0.045 in per
+    character of its label plus 0.4 in for the handle and the gap."""
+    widest = max((0.045 * len(t) + 0.4 for t in labels), default=1.0)
     return max(1, min(LEGEND_COLUMNS, len(labels), int(0.95 * width / widest)))
 
 
 def _mark_handle(kind: str, mark: Mark) -> Any:
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     text = LEGEND[mark]
-    if kind == "bars":
-        return Patch(facecolor="white", edgecolor="black", hatch=HATCHES[mark], label=text)
     if kind == "steps":
         return Line2D([], [], color="black", linestyle=LINESTYLES[mark], label=text)
-    marker, filled = MARKERS[mark]
-    return Line2D(
-        [],
-        [],
-        marker=marker,
-        linestyle="",
-        color="black",
-        markerfacecolor="black" if filled else "white",
-        label=text,
-    )
+    style = _point_style((mark,), "", "black")
+    return Line2D([], [], label=text, **style)
 
 
 def _series_handle(kind: str, text: str, color: Any) -> Any:
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
-    if kind == "bars":
-        return Patch(facecolor=color, edgecolor="black", label=text)
-    if kind == "lines":
-        return Line2D([], [], color=color, marker="o", label=text)
+    if kind == "points":
+        return Line2D([], [], color=color, marker="s", linestyle="", label=text)
     return Line2D([], [], color=color, label=text)
+
+
+def _stat_handles(data: FigureData) -> list[Any]:
+    """p50 / p99 legend entries when the figure shows both."""
+    from matplotlib.lines import Line2D
+
+    stats = list(dict.fromkeys(s.stat for p in data.panels for s in p.series if s.stat))
+    lines = any(p.kind == "lines" for p in data.panels)
+    return [
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker=STAT_MARKERS[stat],
+            linestyle=("--" if stat == "p99" else "-") if lines else "",
+            label=stat,
+        )
+        for stat in stats
+    ]
+
+
+def _legend_handles(data: FigureData, colors: dict[str, Any]) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    kind = data.panels[0].kind if data.panels else "lines"
+    handles = []
+    if data.legend_series:
+        handles += [_series_handle(kind, t, c) for t, c in colors.items() if t]
+    handles += _stat_handles(data)
+    if any(p.ideal for p in data.panels):
+        handles.append(
+            Line2D([], [], color="0.4", linestyle="--", label="ideal (delivered = offered)")
+        )
+    return handles + [_mark_handle(kind, m) for m in data.marks]
+
+
+def _panel(ax: Any, panel: Panel, colors: dict[str, Any], data: FigureData) -> None:
+    ax.set_xscale(panel.xscale)
+    ax.set_yscale(panel.yscale)
+    if panel.kind == "lines":
+        _draw_lines(ax, panel, colors)
+    elif panel.kind == "points":
+        _draw_points(ax, panel, colors, data.width / data.cols)
+    else:
+        _draw_steps(ax, panel, colors)
+    _set_ticks(ax, panel, (data.width / data.cols, data.panel_height))
+    if panel.ymin is not None or panel.ymax is not None:
+        ax.set_ylim(bottom=panel.ymin, top=panel.ymax)
+    if panel.title:
+        ax.set_title(panel.title)
+    ax.set_xlabel(panel.xlabel)
+    if not (data.sharey and panel.col > 0):
+        ax.set_ylabel(panel.ylabel)
+    ax.grid(which="major", alpha=0.3)
 
 
 def draw(data: FigureData) -> Any:
     """The matplotlib figure of ``data``: panels in a grid, the title on top, one legend
-    (series, then one entry per mark drawn) below the panels."""
+    (series, stats, then one entry per mark drawn) and the note below the panels."""
+    with print_style():
+        return _draw(data)
+
+
+def _draw(data: FigureData) -> Any:
     labels = [s.label for p in data.panels for s in p.series if s.points]
     colors = _colors(labels)
-    kind = data.panels[0].kind if data.panels else "lines"
-    entries = (list(colors) if data.legend_series else []) + [LEGEND[m] for m in data.marks]
-    ncol = legend_columns(entries, data.width)
+    handles = _legend_handles(data, colors)
+    ncol = legend_columns([h.get_label() for h in handles], data.width)
     title = textwrap.fill(data.title, int(data.width * TITLE_CHARS_PER_INCH))
-    height = data.panel_height * data.rows + 0.35 * (title.count("\n") + 1) + 0.4
-    height += 0.25 * -(-len(entries) // ncol)  # the legend's rows
+    note = textwrap.fill(data.note, int(data.width * 17)) if data.note else ""
+    height = data.panel_height * data.rows + 0.2 * (title.count("\n") + 1) + 0.45
+    height += 0.16 * -(-len(handles) // ncol) + (0.13 * (note.count("\n") + 1) if note else 0)
     fig = new_figure(data.width, height)
-    grid = fig.subplots(data.rows, data.cols, squeeze=False)
+    grid = fig.subplots(data.rows, data.cols, squeeze=False, sharey=data.sharey)
     filled = {(p.row, p.col) for p in data.panels}
     for r in range(data.rows):
         for c in range(data.cols):
             if (r, c) not in filled:
                 grid[r][c].set_visible(False)
     for panel in data.panels:
-        ax = grid[panel.row][panel.col]
-        ax.set_xscale(panel.xscale)
-        ax.set_yscale(panel.yscale)
-        if panel.kind == "lines":
-            _draw_lines(ax, panel, colors)
-        elif panel.kind == "bars":
-            _draw_bars(ax, panel, colors, data.width / data.cols)
-        else:
-            _draw_steps(ax, panel, colors)
-        _set_ticks(ax, panel, (data.width / data.cols, data.panel_height))
-        if panel.ymin is not None or panel.ymax is not None:
-            ax.set_ylim(bottom=panel.ymin, top=panel.ymax)
-        if panel.title:
-            ax.set_title(panel.title, fontsize="medium")
-        ax.set_xlabel(panel.xlabel)
-        ax.set_ylabel(panel.ylabel)
-        ax.grid(which="major", alpha=0.3)
-    handles = []
-    if data.legend_series:
-        handles += [_series_handle(kind, text, color) for text, color in colors.items()]
-    handles += [_mark_handle(kind, m) for m in data.marks]
+        _panel(grid[panel.row][panel.col], panel, colors, data)
     if handles:
-        fig.legend(
+        legend = fig.legend(
             handles=handles,
             loc="outside lower center",
             ncol=ncol,
-            fontsize="small",
             frameon=False,
+            title=note or None,
+            title_fontsize=MIN_FONT_PT,
         )
+        legend.get_title().set_color("0.3")
+    elif note:
+        fig.supxlabel(note, fontsize=MIN_FONT_PT, color="0.3")
     fig.suptitle(title)
     return fig
 
@@ -372,7 +433,8 @@ def render_figures(figures: Sequence[FigureData]) -> list[NamedFigure]:
 
 
 def save_figure(fig: NamedFigure, folder: Path) -> list[Path]:
-    """Write ``<name>.png`` (150 dpi) and ``<name>.pdf`` into ``folder``; return the paths."""
+    """Write ``<name>.png`` (300 dpi) and ``<name>.pdf`` (vector, TrueType fonts) into
+    ``folder``; return the paths."""
     paths = []
     path = folder
     try:
@@ -380,7 +442,8 @@ def save_figure(fig: NamedFigure, folder: Path) -> list[Path]:
         for ext in ("png", "pdf"):
             path = folder / f"{fig.name}.{ext}"
             meta = {"CreationDate": None} if ext == "pdf" else None
-            fig.figure.savefig(path, dpi=DPI, metadata=meta)
+            with print_style():
+                fig.figure.savefig(path, dpi=DPI, metadata=meta)
             paths.append(path)
     except OSError as exc:
         raise UsageError(

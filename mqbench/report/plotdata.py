@@ -8,13 +8,19 @@ data (points per line, axis labels, which panels exist) instead of comparing ima
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from mqbench.report.marks import Mark, ordered
 
-PanelKind = Literal["lines", "bars", "steps"]
-"""``lines``: a line per series through its points; ``bars``: grouped bars over
-categories with whiskers; ``steps``: a step curve per series (distributions)."""
+PanelKind = Literal["lines", "points", "steps"]
+"""``lines``: a line per series through its points; ``points``: points over categories
+(targets), side by side per series; ``steps``: a step curve per series (distributions)."""
+Stat = Literal["", "p50", "p99"]
+"""Which latency percentile a series shows: decides its marker (and dashes a p99 line)."""
+COLUMN_WIDTH: Final = 3.5
+"""Inches: one column of a two-column paper."""
+PAGE_WIDTH: Final = 7.0
+"""Inches: both columns (``figure*``)."""
 Scale = Literal["linear", "log"]
 TickStyle = Literal["number", "ms", "fraction"]
 """How tick labels read: plain numbers, milliseconds (0.1, 0.2, 0.5, 1, 2 on log axes) or
@@ -28,9 +34,9 @@ class Point:
     x: float | str
     y: float
     low: float | None = None
-    """Lower end of the whisker (bars)."""
+    """Lower end of the 95 % confidence interval over repeats (None: no interval)."""
     high: float | None = None
-    """Upper end of the whisker (bars)."""
+    """Upper end of the 95 % confidence interval over repeats."""
     marks: tuple[Mark, ...] = ()
 
 
@@ -42,6 +48,8 @@ class Series:
     points: tuple[Point, ...]
     marks: tuple[Mark, ...] = ()
     """Marks of the whole series (a CDF of one cell); point marks are on the points."""
+    stat: Stat = ""
+    """The percentile it shows; series of one label share a colour."""
 
     @property
     def xs(self) -> list[float | str]:
@@ -71,12 +79,16 @@ class Panel:
     """``values``: ticks exactly at the x values of the points (a matrix axis)."""
     yticks: TickStyle = "number"
     categories: tuple[str, ...] = ()
-    """Bars: the groups along x, in order."""
+    """Points: the groups along x, in order."""
     ymin: float | None = None
     ymax: float | None = None
     step: Literal["post", "pre"] = "post"
     """Steps: ``post`` holds each y until the next x (a CDF), ``pre`` holds it back to the
     previous x (the tail, a fraction at or above each x)."""
+    ideal: bool = False
+    """Draw the line y = x (delivered equal to offered)."""
+    shaded: tuple[tuple[float, float], ...] = ()
+    """x ranges to shade (fault windows on a time axis)."""
 
     @property
     def marks(self) -> tuple[Mark, ...]:
@@ -96,11 +108,15 @@ class FigureData:
     panels: tuple[Panel, ...]
     rows: int = 1
     cols: int = 1
-    width: float = 6.0
-    """Inches; the height follows from the rows."""
-    panel_height: float = 3.0
+    width: float = COLUMN_WIDTH
+    """Inches: :data:`COLUMN_WIDTH` or :data:`PAGE_WIDTH`; the height follows from the rows."""
+    panel_height: float = 2.2
     legend_series: bool = True
     """Whether the series labels go into the legend (False: one unlabelled series)."""
+    sharey: bool = False
+    """Panels share one y range (they are compared)."""
+    note: str = ""
+    """A line under the legend (what the error bars are, or that there are none)."""
 
     @property
     def marks(self) -> tuple[Mark, ...]:

@@ -24,6 +24,27 @@ SHORT: Final = {"throughput_msg_s": "throughput", "broker_cpu_cores_mean": "cpu"
 SHORT_RSS: Final = "rss"
 
 
+MIN_REPEATS: Final = 3
+"""Fewer repeats than this get a note: their intervals are missing or too wide to mean much."""
+
+
+def repeats_note(aggs: Sequence[RepeatAggregate]) -> str | None:
+    """A sentence when repeats are too few for the intervals to mean anything (else None)."""
+    counts = [a.n for a in aggs]
+    if not counts or min(counts) >= MIN_REPEATS:
+        return None
+    if max(counts) < 2:
+        return (
+            "Each cell ran once: there are no confidence intervals, and a single run says "
+            f"nothing about run-to-run spread (set repeat: {MIN_REPEATS} or more)."
+        )
+    return (
+        f"Some cells have fewer than {MIN_REPEATS} repeats: with 2 repeats the 95 % interval "
+        f"is 12.7 standard errors wide each side, too wide to mean much (set repeat: "
+        f"{MIN_REPEATS} or more; 5 or more for tight intervals)."
+    )
+
+
 def notes_for(marks: set[Mark], first: Sequence[str] = ()) -> list[str]:
     """``first`` and then the footnote of every mark used, in mark order."""
     return [*first, *(NOTES[m] for m in ordered(marks))]

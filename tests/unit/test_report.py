@@ -109,14 +109,19 @@ def test_qos_and_fanout_figures_have_paper_axes_and_mark_saturation() -> None:
     (qos_fig,) = latency_by_qos(_qos_aggs(), axes)
     (panel,) = qos_fig.panels
     assert (panel.kind, panel.xlabel, panel.ylabel, panel.yscale) == (
-        "bars",
+        "points",
         "target",
         "latency (ms)",
         "log",
     )
     assert panel.categories == ("a", "b")
-    assert [s.label for s in panel.series] == ["QoS 0", "QoS 1"]
-    assert [p.marks for s in panel.series for p in s.points] == [(), (), (), ("†",)]
+    assert [(s.label, s.stat) for s in panel.series] == [
+        ("QoS 0", "p50"),
+        ("QoS 0", "p99"),
+        ("QoS 1", "p50"),
+        ("QoS 1", "p99"),
+    ]
+    assert [p.marks for s in panel.series[:3:2] for p in s.points] == [(), (), (), ("†",)]
     (fan,) = scaling(_qos_aggs(fanout=True), axes, "subscribers")
     assert fan.name == "fanout-subscribers"
     throughput = fan.panel(0, 0)
@@ -132,7 +137,7 @@ def test_report_writes_png_and_pdf_figures_with_expected_axes(tmp_path: Path) ->
     root = rich_run(tmp_path / "run")
     rep = build_report([root], "md", tmp_path / "figs")
     names = [f.name for f in rep.figures]
-    assert names == ["scaling-pairs", "latency-cdf"]
+    assert names == ["scaling-pairs", "latency-load", "delivered-offered", "latency-cdf"]
     assert sorted(p.name for p in rep.figure_files) == sorted(
         f"{n}.{ext}" for n in names for ext in ("png", "pdf")
     )
@@ -147,7 +152,7 @@ def test_report_writes_png_and_pdf_figures_with_expected_axes(tmp_path: Path) ->
         "broker RSS max (MB)",
     ]
     assert {ax.get_xlabel() for ax in scaling_fig.axes} == {"publisher-subscriber pairs"}
-    cdf, tail = rep.figures[1].figure.axes
+    cdf, tail = rep.figures[-1].figure.axes
     assert cdf.get_xlabel() == "latency from intended send time (ms)"
     assert (cdf.get_ylabel(), cdf.get_xscale()) == ("fraction of deliveries ≤ latency", "log")
     assert (tail.get_yscale(), tail.get_xscale()) == ("log", "log")

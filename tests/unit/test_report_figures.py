@@ -67,6 +67,8 @@ def test_a_pairs_run_over_two_targets_has_one_scaling_figure_and_no_fanout(
     assert [f.name for f in pairs_report.figures] == [
         "latency-payload",
         "scaling-pairs",
+        "latency-load",
+        "delivered-offered",
         "latency-cdf",
     ]
     assert [t.key for t in pairs_report.tables] == [
@@ -108,26 +110,34 @@ def test_scaling_ticks_are_the_pairs_values(pairs_report: Report) -> None:
         assert ax.get_ylim()[0] == 0
 
 
-def test_latency_bars_put_pairs_side_by_side_per_target(pairs_report: Report) -> None:
+def test_latency_points_put_pairs_side_by_side_per_target_with_p50_and_p99(
+    pairs_report: Report,
+) -> None:
     data = figure(pairs_report, "latency-payload")
     (panel,) = data.panels
-    assert (panel.kind, panel.title, panel.yscale) == ("bars", "1 KiB", "log")
+    assert (panel.kind, panel.title, panel.yscale) == ("points", "1 KiB", "log")
     assert panel.categories == ("mosquitto", "nats")
-    assert [s.label for s in panel.series] == ["pairs 2", "pairs 10"]
-    marks = {(s.label, p.x): p.marks for s in panel.series for p in s.points}
+    assert [(s.label, s.stat) for s in panel.series] == [
+        ("pairs 2", "p50"),
+        ("pairs 2", "p99"),
+        ("pairs 10", "p50"),
+        ("pairs 10", "p99"),
+    ]
+    marks = {(s.label, p.x): p.marks for s in panel.series if s.stat == "p50" for p in s.points}
     assert marks == {
         ("pairs 2", "mosquitto"): (),
         ("pairs 2", "nats"): (Mark.INVALID,),
         ("pairs 10", "mosquitto"): (Mark.LATENCY_BOUND,),
         ("pairs 10", "nats"): (Mark.SATURATED,),
     }
-    assert data.title == "Latency p50 (bars) with min-p95 whiskers by target and pairs"
-    point = panel.series[0].points[0]
-    assert point.low is not None and point.high is not None
-    assert point.low <= point.y <= point.high
+    assert data.title == "Latency p50 and p99 by target and pairs"
+    for p50, p99 in zip(panel.series[0].points, panel.series[1].points, strict=True):
+        assert p50.y <= p99.y
+        assert p50.low is None and p50.high is None  # one repeat: no interval is drawn
+    assert data.note.startswith("One repeat per cell: no confidence intervals")
+    assert data.sharey and data.width in (3.5, 7.0)
     fig = drawn(pairs_report, "latency-payload")
-    hatches = {p.get_hatch() for p in fig.axes[0].patches}
-    assert hatches == {None, "///", "...", "xx"}
+    assert not fig.axes[0].patches  # points, not bars
 
 
 def test_cdf_sits_beside_its_tail_on_log_axes_computed_from_the_records(
@@ -236,7 +246,12 @@ def test_no_figure_or_table_for_an_axis_that_does_not_vary(tmp_path: Path) -> No
     assert rep.tables[0].header[:3] == ["cell", "target", "n"]
     grow = {**one, "workload": {"pairs": [2, 10]}}
     rep = build_report([scenario_run(tmp_path / "grow", grow, messages=5)], "md", tmp_path / "g")
-    assert [f.name for f in rep.figures] == ["scaling-pairs", "latency-cdf"]
+    assert [f.name for f in rep.figures] == [
+        "scaling-pairs",
+        "latency-load",
+        "delivered-offered",
+        "latency-cdf",
+    ]
 
 
 def test_each_resource_profile_gets_a_row_of_panels(tmp_path: Path) -> None:
@@ -334,4 +349,4 @@ def test_legend_columns_fit_the_figure_width() -> None:
 
 def test_figures_draw_without_a_display(pairs_report: Report) -> None:
     fig = draw(figure(pairs_report, "scaling-pairs"))
-    assert fig.get_size_inches()[0] == 11.0
+    assert fig.get_size_inches()[0] == 7.0
