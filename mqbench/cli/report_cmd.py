@@ -46,7 +46,7 @@ def report(
         typer.Option(
             "--format",
             help="Table format: md, latex (fits a column), latex-wide (table*), csv (one number "
-            "per column) or html (a standalone page).",
+            "per column) or html (one self-contained page with figures and run metadata).",
         ),
     ] = "md",
     figures: Annotated[

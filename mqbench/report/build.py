@@ -16,6 +16,7 @@ from mqbench.errors import AnalysisError, UsageError
 from mqbench.report.axes import Matrix, ReportAxes
 from mqbench.report.draw import NamedFigure, render_figures, save_figure
 from mqbench.report.figures import build_figures
+from mqbench.report.page import render_page
 from mqbench.report.render import FORMATS, Table, render
 from mqbench.report.tables import build_tables, repeats_note
 from mqbench.report.tidy import render_tidy_csv
@@ -122,8 +123,7 @@ def build_report(
     tables = build_tables(aggs, axes)
     few = repeats_note(aggs)
     pre = preamble(runs, few)
-    text = render_tidy_csv(aggs, axes) if fmt == "csv" else render(tables, fmt, pre)
-    report = Report(text, tables, aggs, axes)
+    report = Report("", tables, aggs, axes)
     if few:
         report.notes.append(few)
     for r in runs:
@@ -133,11 +133,19 @@ def build_report(
             report.notes.append(
                 f"{r.path}: analysed {len(r.analysed_now)} cell(s) with the numpy engine"
             )
-    if figures_dir is not None:
+    if figures_dir is not None or fmt == "html":
         cells = [(a, plans.get(a.base_id, [])) for a in aggs]
         report.figures = render_figures(build_figures(aggs, cells, axes))
-        for fig in report.figures:
-            report.figure_files += save_figure(fig, Path(figures_dir))
         if not any(plans.values()):
             report.notes.append("no record files found: latency CDFs were not drawn")
+    if figures_dir is not None:
+        for fig in report.figures:
+            report.figure_files += save_figure(fig, Path(figures_dir))
+    if fmt == "csv":
+        report.text = render_tidy_csv(aggs, axes)
+    elif fmt == "html":
+        metadata = [(r.path.name, r.manifest) for r in runs]
+        report.text = render_page(tables, pre, report.figures, metadata)
+    else:
+        report.text = render(tables, fmt, pre)
     return report

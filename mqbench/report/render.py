@@ -1,9 +1,9 @@
-"""Report tables and how they are rendered: Markdown, LaTeX or HTML (``--format``; CSV is
-one number per column, :mod:`mqbench.report.tidy`)."""
+"""Report tables and how they are rendered: Markdown or LaTeX (``--format``; CSV is one
+number per column, :mod:`mqbench.report.tidy`; HTML is a page with figures,
+:mod:`mqbench.report.page`)."""
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -124,39 +124,13 @@ def render_latex(tables: Sequence[Table], preamble: str = "", wide: bool = False
     return "\n".join(parts) + "\n"
 
 
-def render_html(tables: Sequence[Table], preamble: str = "") -> str:
-    """A standalone HTML page with one ``<table>`` per table."""
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>mqbench report</title>',
-        "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin:1em 0}"
-        "th,td{border:1px solid #bbb;padding:.2em .6em}td{text-align:right}"
-        "td:first-child{text-align:left}.note{font-size:90%;color:#444}</style>",
-        "</head><body>",
-        "<h1>mqbench report</h1>",
-    ]
-    out += [f"<p>{html.escape(line)}</p>" for line in preamble.strip().splitlines() if line]
-    for t in tables:
-        out.append(f"<h3>{html.escape(t.title)}</h3>")
-        out.append(f'<table id="{html.escape(t.key)}">')
-        out.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.header) + "</tr>")
-        for row in t.rows:
-            out.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
-        out.append("</table>")
-        out += [f'<p class="note">{html.escape(n)}</p>' for n in t.notes]
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
-
-
 FORMATS: Final = ("md", "latex", "latex-wide", "csv", "html")
 
 
 def render(tables: Sequence[Table], fmt: str, preamble: str = "") -> str:
-    """Render ``tables`` in ``fmt`` (one of :data:`FORMATS`)."""
+    """Render ``tables`` as Markdown (``md``) or LaTeX (``latex``, ``latex-wide``)."""
     if fmt == "md":
         return render_markdown(tables, preamble)
     if fmt in ("latex", "latex-wide"):
         return render_latex(tables, preamble, wide=fmt == "latex-wide")
-    if fmt == "html":
-        return render_html(tables, preamble)
     raise ValueError(f"unknown format {fmt!r}")

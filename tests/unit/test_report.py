@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import sys
@@ -37,10 +38,20 @@ def test_tables_of_the_fixture_run_match_the_golden_files(fmt: str, ext: str) ->
     assert text == (HERE / f"golden.{ext}").read_text()
 
 
-def test_html_report_is_a_page_with_one_table_per_table() -> None:
+def test_html_report_is_one_self_contained_page_with_figures_and_run_metadata() -> None:
     rep = build_report([FIXTURE], "html")
-    assert rep.text.startswith("<!DOCTYPE html>")
-    assert rep.text.count("<table") == len(rep.tables) == 5
+    page = rep.text
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<table") == len(rep.tables) == 5
+    assert rep.figures and page.count("<svg") == len(rep.figures)
+    for fig in rep.figures:
+        assert f'id="fig-{fig.name}"' in page
+    assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert "http://" not in page.replace("http://www.w3.org", "")
+    manifest = json.loads((FIXTURE / "manifest.json").read_text())
+    assert "Run 20260101T000000Z-fixture" in page and "resolved scenario" in page
+    assert html.escape(str(manifest["scenario"]["name"])) in page
+    assert "fewer than 3 repeats" in page
 
 
 def test_fixture_report_has_ci_and_all_three_marks() -> None:
