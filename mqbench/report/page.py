@@ -12,9 +12,10 @@ import html
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
+from mqbench.records.run_manifest import RunManifest
 from mqbench.report.draw import NamedFigure, print_style
 from mqbench.report.render import Table
 
@@ -40,16 +41,15 @@ def svg(fig: NamedFigure) -> str:
     return text[text.index("<svg") :]
 
 
-def run_metadata(manifest: Mapping[str, Any], name: str) -> list[tuple[str, str]]:
+def run_metadata(manifest: RunManifest, name: str) -> list[tuple[str, str]]:
     """(key, value) pairs of a run's manifest worth a reader's eye."""
-    tool = manifest.get("tool") or {}
-    host = manifest.get("host") or {}
+    tool, host = manifest.tool, manifest.host
     memory = host.get("memory_bytes")
     rows = [
         ("run", name),
-        ("scenario", str((manifest.get("scenario") or {}).get("name", "?"))),
-        ("status", str(manifest.get("status", "?"))),
-        ("created (UTC)", str(manifest.get("created_utc", "?"))),
+        ("scenario", manifest.scenario_name),
+        ("status", manifest.status),
+        ("created (UTC)", str(manifest.created_utc or "?")),
         ("tool", f"{tool.get('name', 'mqbench')} {tool.get('version', '?')}"),
         ("git commit", str(tool.get("git_commit") or "-")),
         ("host", str(host.get("hostname", "?"))),
@@ -57,8 +57,8 @@ def run_metadata(manifest: Mapping[str, Any], name: str) -> list[tuple[str, str]
         ("python", str(host.get("python", "?"))),
         ("CPUs", str(host.get("cpus", "?"))),
         ("memory", f"{memory / 2**30:.1f} GiB" if isinstance(memory, int | float) else "?"),
-        ("command line", " ".join(str(a) for a in manifest.get("command_line") or []) or "-"),
-        ("cells", str(len(manifest.get("cells") or []))),
+        ("command line", " ".join(manifest.command_line) or "-"),
+        ("cells", str(len(manifest.cells))),
     ]
     return rows
 
@@ -73,12 +73,12 @@ def _table(t: Table) -> list[str]:
     return out
 
 
-def _run(manifest: Mapping[str, Any], name: str) -> list[str]:
+def _run(manifest: RunManifest, name: str) -> list[str]:
     out = [f"<h3>Run {html.escape(name)}</h3>", "<dl>"]
     for key, value in run_metadata(manifest, name):
         out.append(f"<dt>{html.escape(key)}</dt><dd>{html.escape(value)}</dd>")
     out.append("</dl>")
-    scenario = json.dumps(manifest.get("scenario") or {}, indent=2, sort_keys=True, default=str)
+    scenario = json.dumps(dict(manifest.scenario), indent=2, sort_keys=True, default=str)
     out.append("<details><summary>resolved scenario</summary>")
     out.append(f"<pre>{html.escape(scenario)}</pre></details>")
     return out
@@ -88,7 +88,7 @@ def render_page(
     tables: Sequence[Table],
     preamble: str,
     figures: Sequence[NamedFigure],
-    runs: Sequence[tuple[str, Mapping[str, Any]]],
+    runs: Sequence[tuple[str, RunManifest]],
 ) -> str:
     """The page: preamble, tables, figures (inline SVG), then each run's metadata.
 
