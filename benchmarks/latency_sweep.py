@@ -11,13 +11,15 @@ actual send p50/p99, the independent subscriber's p50/p99, generator CPU and the
 self-check verdicts.
 
 Each rate runs once per ``--realtime`` mode (``off,on`` by default, alternating), so real
-time and normal scheduling are measured side by side in one run. Before the cells it
-measures the machine's wake-up floor twice: Debian's ``cyclictest`` (rt-tests; one thread,
-1 kHz, under SCHED_OTHER and SCHED_FIFO, with and without ``/dev/cpu_dma_latency`` held at
-0) and mqbench's own probe in the worker's process model (``mqbench/calibration/wakeup.py``);
-the probe's figures are the floor the cells' latency verdicts are judged against. The last
-columns check issue 21's targets per row: send lag p99 <= 2x the wake-up p99 under the
-cell's policy (``lag_ok``) and headline p50 <= 1.15x the independent p50 + 20 µs (``p50_ok``).
+time and normal scheduling are measured side by side in one run, and once per
+``--receive-stamp`` (``kernel`` by default; ``kernel,user`` compares the two stamps).
+Before the cells it measures the machine's wake-up floor twice: Debian's ``cyclictest``
+(rt-tests; one thread, 1 kHz, under SCHED_OTHER and SCHED_FIFO, with and without
+``/dev/cpu_dma_latency`` held at 0) and mqbench's own probe in the worker's process model
+(``mqbench/calibration/wakeup.py``), whose figures are the floor the cells' latency
+verdicts are judged against. The last columns check issue 21's targets per row: send lag
+p99 <= 2x the wake-up p99 under the cell's policy (``lag_ok``) and headline p50 <= 1.15x
+the independent p50 + 20 µs (``p50_ok``).
 
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --rates 1000,4000
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --resources 1cpu-2g
@@ -217,6 +219,7 @@ def _run_rate(
     out_root: Path,
     realtime: str,
     floors: dict[str, WakeupFloor],
+    stamp: str = "kernel",
 ) -> dict[str, Any]:
     per_pub = rate / args.pairs
     data = {
@@ -238,6 +241,7 @@ def _run_rate(
             "layout": args.layout,
             "timer": args.timer,
             "realtime": realtime,
+            "receive_stamp": stamp,
         },
     }
     scenario = validate_scenario(data, "benchmark")
@@ -278,6 +282,7 @@ def _run_rate(
         "rate": rate,
         "realtime": realtime,
         "policy": timing.policy if timing is not None else "-",
+        "stamp": timing.receive_stamp if timing is not None else "-",
         "cpus": ",".join(str(c) for c in timing.worker_cpus) if timing else "-",
         "wake_p99": floor.p99_us / 1e3 if floor else None,
         "lag_ok": _yes(lag is not None and floor is not None and lag.p99_us <= 2 * floor.p99_us),
@@ -325,6 +330,7 @@ def main() -> None:
     parser.add_argument("--timer", default="auto", choices=("auto", "timerfd", "loop"))
     parser.add_argument("--realtime", default="off,on", help="modes to compare, per rate")
     parser.add_argument("--resources", default=None, help="broker resources profile")
+    parser.add_argument("--receive-stamp", default="kernel", help="kernel, user or both")
     parser.add_argument("--cyclictest", type=float, default=10.0, help="s per case; 0: skip")
     parser.add_argument("--probe", type=float, default=3.0, help="s per policy; 0: skip")
     parser.add_argument("--json", action="store_true", help="one JSON object per rate")
@@ -343,8 +349,8 @@ def main() -> None:
     for floor in floors.values():
         print(f"# mqbench probe {json.dumps(floor.to_dict())}", flush=True)
     columns = (
-        "rate", "realtime", "policy", "cpus", "lag_p50", "lag_p99", "wake_p99", "p50", "p99",
-        "send_p50", "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu",
+        "rate", "realtime", "policy", "stamp", "cpus", "lag_p50", "lag_p99", "wake_p99", "p50",
+        "p99", "send_p50", "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu",
         "loss_pct", "recv_msg_s", "generator", "lag_ok", "p50_ok", "latency",
     )  # fmt: skip
     if not args.json:
@@ -359,11 +365,14 @@ def main() -> None:
         try:
             for rate in rates:
                 for mode in modes:
-                    row = _run_rate(broker, args, rate, Path(tmp) / "results", mode, floors)
-                    if args.json:
-                        print(json.dumps(row), flush=True)
-                    else:
-                        print(" ".join(f"{_fmt(row.get(c)):>10}" for c in columns), flush=True)
+                    for stamp in args.receive_stamp.split(","):
+                        row = _run_rate(
+                            broker, args, rate, Path(tmp) / "results", mode, floors, stamp
+                        )
+                        if args.json:
+                            print(json.dumps(row), flush=True)
+                        else:
+                            print(" ".join(f"{_fmt(row.get(c)):>10}" for c in columns), flush=True)
         finally:
             broker.stop()
 

@@ -121,6 +121,32 @@ def ceiling_table(calibration: Calibration) -> Table:
     return table
 
 
+def wakeup_table(calibration: Calibration) -> Table:
+    """One row per scheduling policy: the machine's wake-up floor (µs)."""
+    table = Table(title="wake-up floor (µs late after a 1 ms timer)", title_justify="left")
+    for column in ("policy", "p50", "p99", "p99.9", "max", "samples"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for result in calibration.wakeup.values():
+        f = result.figures
+        if f is None:
+            table.add_row(result.policy, "-", "-", "-", "-", result.reason or "")
+            continue
+        table.add_row(
+            result.policy,
+            f"{f.p50_us:,.1f}",
+            f"{f.p99_us:,.1f}",
+            f"{f.p999_us:,.1f}",
+            f"{f.max_us:,.1f}",
+            f"{f.samples:,}",
+        )
+    table.caption = (
+        "generator.realtime uses fifo+dma where permitted, else other; send lag within "
+        "2x the p99 is the machine's (docs/calibration.md)"
+    )
+    table.caption_justify = "left"
+    return table
+
+
 def calibrate(
     target: Annotated[
         list[str] | None,
@@ -197,6 +223,8 @@ def calibrate(
             )
             console.print(latency_table(calibration))
             console.print(ceiling_table(calibration))
+            if calibration.wakeup:
+                console.print(wakeup_table(calibration))
         err_console.print(
             f"saved {outcome.path}; load average at start {calibration.load_average} "
             "(on a busy machine these figures are noisy: re-measure on a quiet one)"

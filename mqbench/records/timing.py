@@ -18,9 +18,10 @@ TIMING_VERSION: Final = 1
 SchedPolicy = Literal["other", "fifo"]
 """``other``: the kernel's normal time-sharing (SCHED_OTHER); ``fifo``: SCHED_FIFO."""
 RealtimeMode = Literal["auto", "on", "off"]
-ReceiveStamp = Literal["user", "kernel"]
+ReceiveStamp = Literal["user", "kernel", "mixed"]
 """``user``: the worker's clock read when the read reached the client (after the wake-up);
-``kernel``: the socket's kernel receive time (SO_TIMESTAMPNS)."""
+``kernel``: the socket's kernel receive time (SO_TIMESTAMPNS); ``mixed``: some clients'
+reads one way, some the other (e.g. a TLS connection among plain ones)."""
 
 
 @dataclass(frozen=True)

@@ -80,10 +80,21 @@ class WorkerStats:
     """Process CPU time (user + system)."""
     publish_cpu_fraction: float | None = _f(None, "max")
     """Share of a core the worker was busy while publishing, busy-waiting excluded."""
+    kernel_stamped_reads: int = _f(0, "sum")
+    """Client reads stamped with the kernel's receive time (``SO_TIMESTAMPNS``)."""
+    user_stamped_reads: int = _f(0, "sum")
+    """Client reads stamped with the worker's clock after its wake-up."""
     sched_policy: str | None = _f(None, "same")
     """The scheduling policy the worker ran under: ``other`` or ``fifo`` (real time)."""
     t_ns: int = _f(0, "max")
     """When the stats were taken (wall clock, ns)."""
+
+    @property
+    def receive_stamp(self) -> str:
+        """Which stamp the deliveries carry: ``kernel``, ``user`` or ``mixed``."""
+        if self.kernel_stamped_reads and self.user_stamped_reads:
+            return "mixed"
+        return "kernel" if self.kernel_stamped_reads else "user"
 
     def plus(self, other: WorkerStats) -> WorkerStats:
         """These stats combined with ``other`` field by field (see ``Merge``)."""

@@ -234,6 +234,12 @@ class Generator(_Strict):
         "generator needs little CPU; auto falls back to off with the reason in the manifest, "
         "on refuses to run without it (docs/performance.md)",
     )
+    receive_stamp: Literal["kernel", "user"] = Field(
+        default="kernel",
+        description="what stamps a delivery: kernel = the socket's kernel receive time "
+        "(SO_TIMESTAMPNS; the lean clients on plain TCP), user = the worker's clock after it "
+        "woke up (TLS connections and the stock clients always); docs/performance.md",
+    )
     reconnect_max: float = Field(
         default=0.1,
         gt=0,

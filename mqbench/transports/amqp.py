@@ -19,9 +19,9 @@ Guarantees:
 
 Hot paths as in the MQTT transport: a sender is a closure that hands the cached
 method+header+body-frame prefix, the payload and the end octet to the ``StreamConnection``
-(one write per loop iteration) without awaiting; each read is stamped with
-``time.time_ns()`` once and the :class:`~mqbench.wire.amqp.FrameParser` calls the subscriber
-per delivery.
+(one write per loop iteration) without awaiting; each read is stamped once
+(``StreamConnection.receive_ns``) and the :class:`~mqbench.wire.amqp.FrameParser` calls the
+subscriber per delivery.
 
 Heartbeats: the client asks for ``keepalive_s`` (0 disables them), sends a heartbeat frame
 every half interval and drops the connection (``disconnected``) when nothing arrived from
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections import deque
 from typing import Any, Final
 
@@ -173,7 +172,11 @@ class AmqpClient:
         """Sends refused because the output buffer was full (``Sender``); deliveries for an
         unknown consumer; publishes the broker rejected."""
         return ClientStats(
-            sends_refused=self._stream.sends_refused, unrouted=self.unrouted, nacked=self.nacked
+            sends_refused=self._stream.sends_refused,
+            unrouted=self.unrouted,
+            nacked=self.nacked,
+            kernel_stamped_reads=self._stream.kernel_stamped_reads,
+            user_stamped_reads=self._stream.user_stamped_reads,
         )
 
     @property
@@ -429,7 +432,7 @@ class AmqpClient:
 
     def _on_data(self, data: bytes) -> None:
         """Parse a read: deliver messages, handle confirms and replies, batch consumer acks."""
-        self._now = time.time_ns()
+        self._now = self._stream.receive_ns()
         self._rx_activity = True
         try:
             if self._handshake is not None and data[:4] == b"AMQP":

@@ -97,6 +97,11 @@ class ClientStats:
     """Messages received that matched no subscription of the client (dropped)."""
     nacked: int = 0
     """QoS 1 publishes the broker rejected (AMQP ``Basic.Nack``)."""
+    kernel_stamped_reads: int = 0
+    """Reads stamped with the kernel's receive time (``StreamConnection.receive_ns``)."""
+    user_stamped_reads: int = 0
+    """Reads of the established session stamped with the clock after the wake-up (the
+    stock clients and zenoh stamp in their callbacks and report neither)."""
 
 
 @dataclass(frozen=True)

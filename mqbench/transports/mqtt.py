@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-import time
 from collections import deque
 from typing import Any, Final
 
@@ -184,6 +183,8 @@ class MqttClient:
             sends_refused=self._stream.sends_refused,
             qos2_acked_as_qos1=self.qos2_acked_as_qos1,
             unrouted=self.unrouted,
+            kernel_stamped_reads=self._stream.kernel_stamped_reads,
+            user_stamped_reads=self._stream.user_stamped_reads,
         )
 
     @property
@@ -423,7 +424,7 @@ class MqttClient:
 
     def _on_data(self, data: bytes) -> None:
         """Parse a read: deliver PUBLISHes, handle acks, answer QoS 1 with PUBACKs."""
-        self._now = time.time_ns()
+        self._now = self._stream.receive_ns()
         try:
             self._parser.feed(data)
         except MqttCodecError as exc:

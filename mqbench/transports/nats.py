@@ -7,7 +7,7 @@ uvloop and on the default loop). The hot paths are:
   (cached per payload length), the payload and CRLF to the ``StreamConnection``, which
   writes a burst of sends with one syscall at the end of the loop iteration. Nothing
   awaits.
-* receive: each read is stamped with ``time.time_ns()`` once and handed to
+* receive: each read is stamped once (``StreamConnection.receive_ns``) and handed to
   ``mqbench.wire.nats.NatsParser``, which calls the subscription's handler per ``MSG``.
 
 Subscriptions and ``flush`` are confirmed with a ``PING``/``PONG`` round trip: the server
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections import deque
 from typing import Any
 
@@ -58,8 +57,6 @@ from mqbench.wire.nats import (
     pub_header,
 )
 from mqbench.wire.topics import to_nats_subject
-
-_time_ns = time.time_ns
 
 DEFAULT_MAX_PAYLOAD = 1 << 20
 """Assumed ``max_payload`` when the server's INFO does not state one."""
@@ -118,7 +115,11 @@ class NatsClient:
 
     def stats(self) -> ClientStats:
         """Sends refused because the output buffer was full (``Sender``)."""
-        return ClientStats(sends_refused=self._stream.sends_refused)
+        return ClientStats(
+            sends_refused=self._stream.sends_refused,
+            kernel_stamped_reads=self._stream.kernel_stamped_reads,
+            user_stamped_reads=self._stream.user_stamped_reads,
+        )
 
     @property
     def server_info(self) -> dict[str, Any]:
@@ -275,7 +276,7 @@ class NatsClient:
     def _on_data(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""
         try:
-            self._parser.feed(data, _time_ns())
+            self._parser.feed(data, self._stream.receive_ns())
         except NatsProtocolError as exc:
             self._stream.fail(f"protocol error: {exc}")
         except Exception as exc:

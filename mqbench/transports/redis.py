@@ -15,7 +15,7 @@ Hot paths:
   are parsed in runs (``mqbench.wire.resp``) and counted, never awaited: ``publish_stats``
   reports them, and the first ``PUBLISH`` that reached no subscriber is reported once as a
   ``publish_unreceived`` event.
-* receive: each read is stamped with ``time.time_ns()`` once and handed to
+* receive: each read is stamped once (``StreamConnection.receive_ns``) and handed to
   ``mqbench.wire.resp.RespParser``, whose fixed-frame fast path calls the subscription's
   handler per ``message`` push.
 
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -65,8 +64,6 @@ from mqbench.wire.resp import (
     publish_prefix,
 )
 from mqbench.wire.topics import is_filter
-
-_time_ns = time.time_ns
 
 PING = encode_command("PING")
 QUIT = encode_command("QUIT")
@@ -153,7 +150,11 @@ class RedisClient:
 
     def stats(self) -> ClientStats:
         """Sends refused because the output buffer was full (``Sender``)."""
-        return ClientStats(sends_refused=self._stream.sends_refused)
+        return ClientStats(
+            sends_refused=self._stream.sends_refused,
+            kernel_stamped_reads=self._stream.kernel_stamped_reads,
+            user_stamped_reads=self._stream.user_stamped_reads,
+        )
 
     @property
     def publish_stats(self) -> PublishStats:
@@ -301,7 +302,7 @@ class RedisClient:
     def _on_data(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""
         try:
-            self._parser.feed(data, _time_ns())
+            self._parser.feed(data, self._stream.receive_ns())
         except RespProtocolError as exc:
             self._stream.fail(f"protocol error: {exc}")
         except Exception as exc:

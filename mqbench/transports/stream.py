@@ -29,7 +29,16 @@ connection and does, once for all of them:
 ``ClientOptions.extra`` keys read here: ``max_pending_bytes`` (set by the engine),
 ``write_buffer_high_bytes`` (transport high-water mark; default 256 MiB, never above
 ``max_pending_bytes``), ``coalesce_writes`` (default True; False writes every frame at once),
-``close_timeout_s`` (how long ``close`` waits for the socket to go; default 5).
+``close_timeout_s`` (how long ``close`` waits for the socket to go; default 5),
+``receive_stamp`` (``kernel``: stamp reads with the kernel's receive time, below).
+
+**Receive stamps.** A client stamps each read with :meth:`StreamConnection.receive_ns`.
+By default that is the clock when the read reaches the client, after the process woke up.
+With ``extra["receive_stamp"] == "kernel"`` a plain TCP connection (not TLS) reads, once
+its handshake is done, through ``recvmsg`` with ``SO_TIMESTAMPNS`` on a duplicate of its
+socket (uvloop's transport keeps writing and stops reading), and ``receive_ns`` is the
+kernel's receive time of the read's last segment: the receiver's wake-up and event loop
+are no longer charged to the broker (docs/performance.md, "Receive timestamps").
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ import functools
 import os
 import socket
 import ssl as ssl_module
+import struct
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar, cast
 
@@ -63,6 +74,24 @@ CLOSE_TIMEOUT_S: Final = 5.0
 
 DRAIN_RECHECK_S: Final = 0.05
 """How often ``drain`` re-checks a buffer whose transport never paused."""
+
+SO_TIMESTAMPNS: Final = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux: every read carries the kernel's receive time as a ``timespec`` (``SCM_TIMESTAMPNS``)."""
+_TIMESPEC = struct.Struct("@ll")
+_ANCILLARY_BYTES: Final = socket.CMSG_SPACE(_TIMESPEC.size)
+STAMPED_READ_BYTES: Final = 256 * 1024
+"""Read size of the kernel-stamped path (uvloop's own reads are this large too)."""
+_read_buffer: bytearray | None = None
+"""One buffer for every kernel-stamped read of the process: each read is copied out before
+the next one (an event loop handles one callback at a time)."""
+
+
+def _stamped_read_buffer() -> bytearray:
+    global _read_buffer
+    if _read_buffer is None:
+        _read_buffer = bytearray(STAMPED_READ_BYTES)
+    return _read_buffer
+
 
 DataHandler = Callable[[bytes], None]
 """``(data)``: one read from the socket, for the client's parser."""
@@ -176,7 +205,11 @@ class StreamConnection(asyncio.Protocol):
         "_reusable",
         "_session",
         "_settle_waiter",
+        "_stamp_ns",
+        "_stamp_sock",
+        "_tls",
         "_transport",
+        "kernel_stamped_reads",
         "last_error",
         "loss_reason",
         "max_pending",
@@ -184,6 +217,7 @@ class StreamConnection(asyncio.Protocol):
         "sends_refused",
         "sent",
         "stage",
+        "user_stamped_reads",
         "where",
     )
 
@@ -243,6 +277,14 @@ class StreamConnection(asyncio.Protocol):
         """Sends refused because more than ``max_pending_bytes`` waited for the socket."""
         self.sent = 0
         """Frames ``send`` accepted (messages handed to the connection)."""
+        self._tls = False
+        self._stamp_sock: socket.socket | None = None
+        self._stamp_ns = 0
+        self.kernel_stamped_reads = 0
+        """Reads of the established session stamped with the kernel's receive time."""
+        self.user_stamped_reads = 0
+        """Reads of the established session stamped with the clock after the wake-up (on a
+        kernel-stamped connection: those after its first kernel-stamped read)."""
 
     # ------------------------------------------------------------------ setup
 
@@ -275,6 +317,7 @@ class StreamConnection(asyncio.Protocol):
             )
         self._opened = True
         self._reset()
+        self._tls = ssl is not None
         loop = asyncio.get_running_loop()
         self._lost = lost = loop.create_future()
         timeout_s = self._options.connect_timeout_s
@@ -322,6 +365,7 @@ class StreamConnection(asyncio.Protocol):
         )
         if upgraded is None:
             raise TransportError("TLS upgrade failed", TransportErrorKind.CONNECT_FAILED)
+        self._tls = True
         self._transport = upgraded
         self._transport.set_write_buffer_limits(high=self._high)
 
@@ -349,6 +393,92 @@ class StreamConnection(asyncio.Protocol):
         self._session = True
         if tick is not None:
             self.start_keepalive(keepalive_s, tick)
+        if self._options.extra.get("receive_stamp") == "kernel" and not self._tls:
+            self._read_with_kernel_stamps()
+
+    # ------------------------------------------------------------------ receive stamps
+
+    @property
+    def kernel_stamps(self) -> bool:
+        """True while reads are stamped with the kernel's receive time."""
+        return self._stamp_sock is not None
+
+    def receive_ns(self) -> int:
+        """The receive time of the read being handled (ns, wall clock)."""
+        stamp = self._stamp_ns
+        if stamp:
+            self.kernel_stamped_reads += 1
+            return stamp
+        # A kernel-stamped connection's first reads can come unstamped (the kernel turns
+        # stamping on in deferred work); they are handshake replies, not counted.
+        if self._session and (self._stamp_sock is None or self.kernel_stamped_reads):
+            self.user_stamped_reads += 1
+        return time.time_ns()
+
+    def _read_with_kernel_stamps(self) -> None:
+        """Switch reading to ``recvmsg`` with ``SO_TIMESTAMPNS`` on a duplicate socket;
+        stays on the transport's reads where the socket cannot do it."""
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if transport is None or sock is None or self._stamp_sock is not None:
+            return
+        try:
+            dup = socket.socket(fileno=os.dup(sock.fileno()))
+        except OSError:
+            return
+        try:
+            dup.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            dup.setblocking(False)
+            transport.pause_reading()
+            asyncio.get_running_loop().add_reader(dup.fileno(), self._read_stamped)
+        except (OSError, RuntimeError, AttributeError):
+            dup.close()
+            with contextlib.suppress(Exception):
+                transport.resume_reading()
+            return
+        self._stamp_sock = dup
+
+    def _read_stamped(self) -> None:
+        sock = self._stamp_sock
+        if sock is None:
+            return
+        buffer = _stamped_read_buffer()
+        try:
+            size, ancillary, _, _ = sock.recvmsg_into([buffer], _ANCILLARY_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if self.loss_reason is None and not self._closing:
+                self.loss_reason = describe_oserror(exc)
+            self._stop_kernel_stamps()
+            if self._transport is not None:
+                self._transport.abort()
+            return
+        if size == 0:  # the peer closed its side
+            self._stop_kernel_stamps()
+            if self._transport is not None:
+                self._transport.close()
+            return
+        stamp = 0
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanos = _TIMESPEC.unpack_from(data)
+                stamp = seconds * 1_000_000_000 + nanos
+        self._stamp_ns = stamp
+        try:
+            self._on_data(bytes(memoryview(buffer)[:size]))
+        except Exception as exc:  # as a transport does when data_received raises
+            self.fail(f"read handler raised {type(exc).__name__}: {exc}")
+        finally:
+            self._stamp_ns = 0
+
+    def _stop_kernel_stamps(self) -> None:
+        sock, self._stamp_sock = self._stamp_sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
 
     @property
     def connected(self) -> bool:
@@ -652,6 +782,10 @@ class StreamConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError, AttributeError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._options.extra.get("receive_stamp") == "kernel" and not self._tls:
+                    # asked for now, read once the session is up: the kernel turns receive
+                    # stamping on in deferred work, so the first segments may lack it
+                    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         transport.set_write_buffer_limits(high=self._high)
 
     def data_received(self, data: bytes) -> None:
@@ -679,6 +813,7 @@ class StreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail the client's waiting requests and report the disconnection once."""
+        self._stop_kernel_stamps()
         self._down()
         self._transport = None
         self._out = bytearray()

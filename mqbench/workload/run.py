@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from mqbench.brokers.base import HasFaultProxy, HasResourceSource, RunningBroker, StartRequest
 from mqbench.brokers.registry import get_target
@@ -43,7 +43,7 @@ from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, RunPublisher
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.records.run_manifest import run_failure
-from mqbench.records.timing import TimingEntry
+from mqbench.records.timing import ReceiveStamp, TimingEntry
 from mqbench.scenario.matrix import Cell, broker_options, expand
 from mqbench.scenario.model import Faults, Scenario
 from mqbench.scenario.security import redact, redact_argv
@@ -468,7 +468,7 @@ def _run_cell(
             sampler.add_source(source)
         sampler.start()
         decision = run_timing.decide_cell(cell, broker)
-        timing = decision.entry(run_timing.floor(decision))
+        timing = decision.entry(run_timing.floor(decision), scenario.generator.receive_stamp)
         manifest.update_cell(cell.id, lambda c: replace(c, timing=timing))
         proxy_port = 0
         proxied: dict[str, list[int]] | None = None
@@ -505,7 +505,10 @@ def _run_cell(
             reconnect_max_s=scenario.generator.reconnect_max,
             timer=scenario.generator.timer,
             layout=layout,
-            client_extra={"max_pending_bytes": pending_bound(scenario, cell)},
+            client_extra={
+                "max_pending_bytes": pending_bound(scenario, cell),
+                "receive_stamp": scenario.generator.receive_stamp,
+            },
             security=security.client,
             realtime=decision.settings,
         )
@@ -673,6 +676,8 @@ def _record_outcome(
     )
     total = outcome.total
     schedule = _schedule(cell, outcome.start_ns)
+    if timing is not None and outcome.workers:
+        timing = replace(timing, receive_stamp=cast(ReceiveStamp, total.receive_stamp))
     manifest.update_cell(
         cell.id,
         lambda c: replace(
@@ -681,6 +686,7 @@ def _record_outcome(
             window=window,
             generator=verdict,
             totals=Totals(total.sent, total.received),
+            timing=timing if timing is not None else c.timing,
             finished_ns=time.time_ns(),
         ),
     )

@@ -243,8 +243,19 @@ class Worker:
             cpu_s=time.process_time(),
             publish_cpu_fraction=self._publish_cpu_fraction(),
             sched_policy=current_policy(),
+            **(self._stamp_counts() if fresh else {}),
             t_ns=time.time_ns(),
         )
+
+    def _stamp_counts(self) -> dict[str, int]:
+        """Reads stamped by the kernel and by the clock, over every client."""
+        kernel = user = 0
+        for client in self.publishers + self.subscribers:
+            if client is not None:
+                stats = client.stats()
+                kernel += stats.kernel_stamped_reads
+                user += stats.user_stamped_reads
+        return {"kernel_stamped_reads": kernel, "user_stamped_reads": user}
 
     def _publish_cpu_fraction(self) -> float | None:
         """Share of a core the worker was busy while publishing, busy-waiting excluded.

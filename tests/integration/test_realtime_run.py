@@ -75,7 +75,7 @@ def test_a_real_time_cell_records_its_policy_and_cpus_and_delivers_everything(
     assert cell["broker"]["resources"]["cgroup"]["cpuset_cpus"] == ",".join(
         str(c) for c in timing["broker_cpus"]
     )
-    assert timing["receive_stamp"] == "user" and timing["throttle_share"] is not None
+    assert timing["receive_stamp"] == "kernel" and timing["throttle_share"] is not None
     workers = cell["generator"]["workers"]
     assert workers and all(w["sched_policy"] == "fifo" for w in workers)
     assert cell["totals"]["sent"] == cell["totals"]["received"] == 5 * 20 * 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from calibration_fixtures import calibration
@@ -125,3 +126,27 @@ def test_run_names_a_stale_calibration_and_does_not_use_it(
     warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1
     assert "is stale and not used (hostname 'elsewhere' != " in warnings[0]
+
+
+def test_the_wakeup_floor_table_shows_each_policy_and_why_one_was_not_measured() -> None:
+    from rich.console import Console
+
+    from mqbench.calibration.model import WakeupFigures, WakeupResult
+    from mqbench.cli.calibrate_cmd import wakeup_table
+
+    figures = WakeupFigures(p50_us=16.0, p99_us=26.0, p999_us=59.0, max_us=120.0, samples=3000)
+    stored = SimpleNamespace(
+        wakeup={
+            "other": WakeupResult(
+                policy="other", interval_us=1000, measured_utc="t", figures=figures
+            ),
+            "fifo": WakeupResult(
+                policy="fifo", interval_us=1000, measured_utc="t", figures=None, reason="no root"
+            ),
+        }
+    )
+    console = Console(width=120, record=True)
+    console.print(wakeup_table(stored))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "│ other  │ 16.0 │ 26.0 │  59.0 │ 120.0 │   3,000 │" in text
+    assert "no root" in text
