@@ -559,6 +559,9 @@ class Worker:
                 start_ns = await self._start
             except asyncio.CancelledError:
                 return
+            # Real time from the start signal on, not while connecting: a connect storm
+            # never runs ahead of the broker's own threads (a failure shows in the stats).
+            apply_realtime(self.plan.realtime)
             background.append(asyncio.create_task(self._probe_loop_lag()))
             first, last = self.plan.pub_range
             end_ns = start_ns + int(self.plan.messages_per_publisher / self.plan.rate * 1e9)
@@ -660,7 +663,6 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
     if parent_pid is not None and not lifeline.die_with_parent(signal.SIGTERM, parent_pid):
         return  # the parent died before the signal was armed
     raise_open_files_limit()
-    apply_realtime(plan.realtime)  # a policy it could not set shows in its stats
     run_worker(plan, conn)
     signal.signal(signal.SIGTERM, _orphan_exit)  # the loop restored the default
 
