@@ -2,35 +2,47 @@
 
 from __future__ import annotations
 
-import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from mqbench import __version__
 from mqbench.cli.broker_cmd import broker_app
 from mqbench.cli.brokers_cmd import brokers_app
 from mqbench.cli.calibrate_cmd import calibrate
+from mqbench.cli.columns import Column, layout
 from mqbench.cli.errors import guarded
+from mqbench.cli.output import (
+    View,
+    console,
+    parse_format,
+    people,
+    print_analysis,
+    print_lines,
+    table_width,
+    to_csv,
+    to_json,
+    write_raw,
+)
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import UsageError
 from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 
 if TYPE_CHECKING:
+    from mqbench.analysis.api import RunAnalysis
+    from mqbench.brokers.runtime.availability import TargetAvailability
     from mqbench.calibration.use import CalibrationCheck
+    from mqbench.records.cell_entry import CellEntry
     from mqbench.workload.outline import RunOutline
 
-# Piped output (CI logs, files) gets a wide console so tables are not squeezed to 80 columns.
-console = Console(
-    highlight=False,
-    soft_wrap=True,
-    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
-)
+STRICT_EXIT_CODE: Final = 4
+"""``run --strict`` with an invalid cell: the code ``compare`` uses when it refuses to judge."""
 
 app = typer.Typer(
     name="mqbench",
@@ -95,6 +107,20 @@ def _parse_conf(items: list[str] | None) -> dict[str, str]:
     return conf
 
 
+WideOption = Annotated[
+    bool,
+    typer.Option("--wide", help="Every column (the default table fits 100 columns)."),
+]
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="table|json|csv",
+        help="table for people; json or csv for programs (on stdout, everything else on stderr).",
+    ),
+]
+
+
 @app.command()
 def run(
     scenario_file: Annotated[Path, typer.Argument(metavar="SCENARIO", help="Scenario YAML file.")],
@@ -137,17 +163,28 @@ def run(
             "default loopback).",
         ),
     ] = None,
+    wide: WideOption = False,
+    fmt: FormatOption = "table",
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help=f"Exit with code {STRICT_EXIT_CODE} when any cell is invalid (generator "
+            "saturated, broker exited, sends failed, records truncated), for CI.",
+        ),
+    ] = False,
 ) -> None:
     """Run a scenario: start brokers, drive open-loop load, record, analyse.
 
     Example: mqbench run scenarios/quickstart.yaml --set workload.duration=10s
     """
 
-    def go() -> None:
+    def go() -> int:
         from mqbench.calibration.use import check_run
         from mqbench.scenario.loader import load_scenario
         from mqbench.scenario.matrix import expand
 
+        view = View(parse_format(fmt), wide)
         out_root = parse_location(out)
         settings = list(overrides or [])
         if spark_master is not None:
@@ -171,67 +208,76 @@ def run(
 
             preflight(scenario, chosen, out_root, source=str(scenario_file))
             _print_outline(scenario, outline(scenario, chosen, out_root))
-            _print_calibration_notes(check)
-            _print_runtime_notes(scenario)
-            return
-        _print_calibration_notes(check)
-        _print_runtime_notes(scenario)
-        _run(scenario, data, scenario_file, out_root, selected, no_analyze, master, check)
+            _print_calibration_notes(check, console)
+            _print_runtime_notes(scenario, console)
+            return 0
+        _print_calibration_notes(check, people(view.fmt))
+        _print_runtime_notes(scenario, people(view.fmt))
+        run_args = RunArgs(data, scenario_file, out_root, selected, no_analyze, master, view)
+        return _run(scenario, run_args, check, strict)
 
-    guarded(go)
+    code = guarded(go)
+    if code:
+        sys.exit(code)
 
 
-def _print_calibration_notes(check: CalibrationCheck) -> None:
+def _print_calibration_notes(check: CalibrationCheck, target: Console) -> None:
     """One line per cell above its client's calibrated ceiling (and a stale calibration)."""
     for line in check.notes():
-        console.print(Text.assemble(("warning: ", "yellow"), line))
+        target.print(Text.assemble(("warning: ", "yellow"), line))
 
 
-def _print_runtime_notes(scenario: Any) -> None:
+OUTLINE_COLUMNS: Final = (
+    Column("cell", "left"),
+    Column("topology", "left", drop=4),
+    Column("msg/s\nper pub"),
+    Column("payload\n(B)"),
+    Column("QoS"),
+    Column("offered\nmsg/s"),
+    Column("delivered\nmsg/s"),
+    Column("offered\nMB/s", drop=3),
+    Column("conns"),
+    Column("workers", drop=2),
+    Column("time"),
+    Column("records", drop=1),
+)
+
+
+def _print_runtime_notes(scenario: Any, target: Console) -> None:
     """One line per limit the runtime gives less of than asked (e.g. Docker's nofile)."""
     from mqbench.workload.preflight import runtime_notes
 
     for line in runtime_notes(scenario):
-        console.print(Text.assemble(("note: ", "yellow"), line))
+        target.print(Text.assemble(("note: ", "yellow"), line))
 
 
 def _print_outline(scenario: Any, plan: RunOutline) -> None:
     from mqbench.workload.capacity import human_bytes
 
-    table = Table(title=f"{scenario.name}: {len(plan.cells)} cell(s)", title_justify="left")
-    columns = (
-        "cell",
-        "topology",
-        "msg/s/pub",
-        "payload",
-        "QoS",
-        "offered msg/s",
-        "delivered msg/s",
-        "offered MB/s",
-        "conns",
-        "workers",
-        "time",
-        "records",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("cell", "topology") else "right")
+    rows: list[list[str | Text]] = []
     for row in plan.cells:
         c = row.cell
-        table.add_row(
-            c.id,
-            f"{c.topology} {c.size_label}",
-            f"{c.rate:g}",
-            str(c.payload_bytes),
-            str(c.qos),
-            f"{c.offered_rate:,.0f}",
-            f"{c.expected_delivery_rate:,.0f}",
-            f"{c.offered_bytes_per_s / 1e6:,.2f}",
-            f"{c.connections:,}",
-            f"{row.workers} {row.layout}",
-            f"{c.warmup_s:g}+{c.duration_s:g}s",
-            human_bytes(row.record_bytes),
+        rows.append(
+            [
+                Text(c.id, style="bold"),
+                f"{c.topology} {c.size_label}",
+                f"{c.rate:g}",
+                f"{c.payload_bytes:,}",
+                str(c.qos),
+                f"{c.offered_rate:,.0f}",
+                f"{c.expected_delivery_rate:,.0f}",
+                f"{c.offered_bytes_per_s / 1e6:,.2f}",
+                f"{c.connections:,}",
+                f"{row.workers} {row.layout}",
+                f"{c.warmup_s:g}+{c.duration_s:g}s",
+                human_bytes(row.record_bytes),
+            ]
         )
-    console.print(table)
+    table = layout(OUTLINE_COLUMNS, rows, table_width())
+    console.print(Text(f"{scenario.name}: {len(plan.cells)} cell(s)", style="bold"))
+    print_lines(table.lines)
+    if table.dropped:
+        console.print(f"not shown at this width: {', '.join(table.dropped)}", style="dim")
     note = f"load time at least {plan.load_s:.0f} s (plus broker start-up and analysis)"
     if scenario.search is not None:
         note += f"; search over {scenario.search.axis} stops early at the first failing step"
@@ -243,97 +289,134 @@ def _print_outline(scenario: Any, plan: RunOutline) -> None:
     )
 
 
-def _run(
-    scenario: Any,
-    data: dict[str, Any],
-    scenario_file: Path,
-    out: Path | RemoteRoot,
-    selected: set[str],
-    no_analyze: bool,
-    master: str | None,
-    check: CalibrationCheck,
-) -> None:
+@dataclass(frozen=True)
+class RunArgs:
+    """What ``run`` passes on from its command line."""
+
+    data: dict[str, Any]
+    scenario_file: Path
+    out: Path | RemoteRoot
+    selected: set[str]
+    no_analyze: bool
+    master: str | None
+    view: View
+
+
+def _run(scenario: Any, args: RunArgs, check: CalibrationCheck, strict: bool) -> int:
     from mqbench.analysis.numpy_ref import analyze_cell_numpy
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
     from mqbench.workload.run import discard_staging, run_scenario
 
+    target = people(args.view.fmt)
+    selected = args.selected
     result = run_scenario(
         scenario,
-        scenario_file=str(scenario_file),
-        scenario_data=data,
-        out_root=out,
+        scenario_file=str(args.scenario_file),
+        scenario_data=args.data,
+        out_root=args.out,
         argv=command_line(),
-        reporter=RichReporter(console),
+        reporter=RichReporter(target),
         only=(lambda c: c.id in selected) if selected else None,
         calibration=check.manifest_record(),
         evaluate=analyze_cell_numpy,
         timing=check.timing_hints(),
     )
+    analysis = None
     try:
-        if not no_analyze and any(c.status == "completed" for c in result.cells):
-            if result.published is not None:
-                _analyze_remote(result.published, master, {}, local=result.result_dir)
-            else:
-                _analyze(result.result_dir, master, {})
+        if not args.no_analyze and any(c.status == "completed" for c in result.cells):
+            local = result.result_dir if result.published is not None else None
+            where: Path | RemoteRoot = result.published or result.result_dir
+            analysis = _analyze(where, result.location, args.master, {}, args.view, local=local)
+        elif args.view.fmt != "table":
+            _print_states(result.location, result.status, result.cells, args.view)
     finally:
         if result.staging is not None:
             discard_staging(result.staging)
-    console.print(f"results: [bold]{result.location}[/]")
+    _print_cell_states(result.cells, target)
+    target.print(f"results: [bold]{result.location}[/]")
     failure = result.failure()
     if failure is not None:
         raise failure
+    if strict:
+        return _strict_code(result.cells, analysis, target)
+    return 0
+
+
+def _print_states(location: str, status: str, cells: Sequence[CellEntry], view: View) -> None:
+    """Machine output of a run that was not analysed: how each cell ended."""
+    states = [{"cell_id": c.id, "status": c.status, "error": c.error} for c in cells]
+    if view.fmt == "json":
+        write_raw(to_json({"results": location, "status": status, "cells": [], "states": states}))
+    else:
+        write_raw(to_csv(states))
+
+
+def _print_cell_states(cells: Sequence[CellEntry], target: Console) -> None:
+    """One line per cell that did not complete (the table has rows for completed ones)."""
+    for cell in cells:
+        if cell.status in ("completed", "skipped"):
+            continue
+        detail = f": {cell.error}" if cell.error else ""
+        target.print(Text.assemble((f"{cell.id}: ", "bold"), (cell.status, "yellow"), detail))
+
+
+def _strict_code(cells: Sequence[CellEntry], analysis: RunAnalysis | None, target: Console) -> int:
+    """``--strict``: the exit code for a run with invalid cells, with one line saying which."""
+    invalid = [s.cell_id for s in analysis.summaries if not s.valid] if analysis else []
+    if analysis is None:  # not analysed: what the run itself knows
+        invalid = [
+            c.id
+            for c in cells
+            if c.broker_exit is not None or (c.generator is not None and c.generator.saturated)
+        ]
+    if not invalid:
+        return 0
+    more = f" (+{len(invalid) - 1} more)" if len(invalid) > 1 else ""
+    target.print(
+        Text.assemble(
+            ("error: ", "bold red"),
+            f"--strict: cell {invalid[0]!r} is invalid{more}; see its mark under the table",
+        )
+    )
+    return STRICT_EXIT_CODE
 
 
 def _analyze(
-    result_dir: Path, master: str | None, conf: dict[str, str], approx: bool = False
-) -> None:
-    from mqbench.analysis.api import analyze_results
-    from mqbench.cli.progress import AnalysisReporter
-    from mqbench.cli.tables import backlog_notes, fault_table, summary_table
-
-    with AnalysisReporter(console) as reporter:
-        analysis = analyze_results(
-            result_dir, master=master, conf=conf, approx=approx, on_progress=reporter.update
-        )
-    if analysis.recovered:
-        console.print(Text.assemble(("note: ", "yellow"), analysis.recovered))
-    console.print(summary_table(analysis.summaries))
-    for line in backlog_notes(analysis.summaries):
-        console.print(line)
-    if analysis.faults:
-        console.print(fault_table(analysis.faults))
-
-
-def _analyze_remote(
-    folder: RemoteRoot,
+    where: Path | RemoteRoot,
+    location: str,
     master: str | None,
     conf: dict[str, str],
+    view: View,
     approx: bool = False,
     local: Path | None = None,
-) -> None:
-    from mqbench.analysis.remote import analyze_remote
+) -> RunAnalysis:
+    """Analyse a run folder (local or on a URI) and print it: the one path for both."""
     from mqbench.cli.progress import AnalysisReporter
-    from mqbench.cli.tables import fault_table, summary_table
 
-    with AnalysisReporter(console) as reporter:
-        remote = analyze_remote(
-            folder,
-            local=local,
-            master=master,
-            conf=conf,
-            approx=approx,
-            on_progress=reporter.update,
-        )
-    if remote.analysis.recovered:
-        console.print(Text.assemble(("note: ", "yellow"), remote.analysis.recovered))
-    console.print(summary_table(remote.analysis.summaries))
-    if remote.analysis.faults:
-        console.print(fault_table(remote.analysis.faults))
-    for rel in remote.kept:
-        console.print(
-            Text.assemble(("note: ", "yellow"), f"{folder.child(rel)} existed: not overwritten")
-        )
+    notes: list[str] = []
+    with AnalysisReporter(people(view.fmt)) as reporter:
+        if isinstance(where, RemoteRoot):
+            from mqbench.analysis.remote import analyze_remote
+
+            remote = analyze_remote(
+                where,
+                local=local,
+                master=master,
+                conf=conf,
+                approx=approx,
+                on_progress=reporter.update,
+            )
+            analysis = remote.analysis
+            notes = [f"{where.child(rel)} existed: not overwritten" for rel in remote.kept]
+        else:
+            from mqbench.analysis.api import analyze_results
+
+            analysis = analyze_results(
+                where, master=master, conf=conf, approx=approx, on_progress=reporter.update
+            )
+    print_analysis(analysis, location, view, notes)
+    return analysis
 
 
 @app.command()
@@ -356,6 +439,8 @@ def analyze(
         bool,
         typer.Option("--approx", help="Approximate percentiles (relative error < 0.79%)."),
     ] = False,
+    wide: WideOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Analyse a result folder with PySpark: summary.json per cell, summary.parquet per run.
 
@@ -363,11 +448,9 @@ def analyze(
     """
 
     def go() -> None:
+        view = View(parse_format(fmt), wide)
         where = parse_location(result_dir)
-        if isinstance(where, RemoteRoot):
-            _analyze_remote(where, master, _parse_conf(conf), approx)
-        else:
-            _analyze(where, master, _parse_conf(conf), approx)
+        _analyze(where, str(where), master, _parse_conf(conf), view, approx)
 
     guarded(go)
 
@@ -393,47 +476,70 @@ def scenario_validate(
         where = parse_location(out)
         cells = preflight(scenario, out_root=where, source=str(scenario_file))
         console.print(f"{scenario_file}: ok ({len(cells)} cell(s))")
-        _print_runtime_notes(scenario)
+        _print_runtime_notes(scenario, console)
 
     guarded(go)
 
 
 @app.command()
-def targets() -> None:
+def targets(fmt: FormatOption = "table") -> None:
     """List every known target and which runtimes can run it on this machine."""
 
     def go() -> None:
         from mqbench.brokers.runtime.availability import LISTED_RUNTIMES, target_availability
 
+        view = View(parse_format(fmt))
         rows = target_availability()
-        table = Table(title="targets", title_justify="left")
-        for column in ("target", "protocol", "broker", *LISTED_RUNTIMES):
-            table.add_column(column)
-        reasons: dict[str, list[str]] = {name: [] for name in LISTED_RUNTIMES}
-        for row in rows:
-            marks = []
-            for name in LISTED_RUNTIMES:
-                availability = row.runtimes[name]
-                if availability.available:
-                    marks.append("[green]yes[/]")
-                else:
-                    marks.append("[dim]no[/]")
-                    reasons[name].append(f"{row.target.name}: {availability.reason}")
-            table.add_row(row.target.name, row.target.transport, row.target.broker, *marks)
-        console.print(table)
-        for runtime_name, lines in reasons.items():
-            if not lines:
-                continue
-            texts = {line.split(": ", 1)[1] for line in lines}
-            if len(texts) == 1 and len(lines) > 1:
-                console.print(f"{runtime_name}: not available: {texts.pop()}")
-            else:
-                console.print(f"{runtime_name}, why not:")
-                for line in lines:
-                    console.print(f"  {line}")
-        console.print("external: any target, with broker.port (and broker.pid to sample) set")
+        if view.fmt != "table":
+            data = [
+                {
+                    "target": row.target.name,
+                    "protocol": row.target.transport,
+                    "broker": row.target.broker,
+                    **{name: row.runtimes[name].available for name in LISTED_RUNTIMES},
+                    **{
+                        f"{name}_reason": row.runtimes[name].reason
+                        for name in LISTED_RUNTIMES
+                        if not row.runtimes[name].available
+                    },
+                }
+                for row in rows
+            ]
+            write_raw(to_json(data) if view.fmt == "json" else to_csv(data))
+            return
+        _print_targets(rows, LISTED_RUNTIMES)
 
     guarded(go)
+
+
+def _print_targets(rows: Sequence[TargetAvailability], runtimes: Sequence[str]) -> None:
+    columns = [Column("target", "left"), Column("protocol", "left"), Column("broker", "left")]
+    columns += [Column(name, "left") for name in runtimes]
+    reasons: dict[str, list[tuple[str, str]]] = {name: [] for name in runtimes}
+    cells: list[list[str | Text]] = []
+    for row in rows:
+        marks: list[str | Text] = []
+        for name in runtimes:
+            availability = row.runtimes[name]
+            if availability.available:
+                marks.append(Text("yes", style="green"))
+            else:
+                marks.append(Text("no", style="dim"))
+                reasons[name].append((row.target.name, availability.reason or "not available"))
+        cells.append(
+            [Text(row.target.name, style="bold"), row.target.transport, row.target.broker, *marks]
+        )
+    console.print(Text("targets", style="bold"))
+    print_lines(layout(columns, cells, table_width()).lines)
+    for runtime_name, lines in reasons.items():
+        texts = {text for _, text in lines}
+        if len(texts) == 1 and len(lines) > 1:
+            console.print(f"{runtime_name}: not available: {texts.pop()}")
+        elif lines:
+            console.print(f"{runtime_name}, why not:")
+            for name, text in lines:
+                console.print(f"  {name}: {text}")
+    console.print("external: any target, with broker.port (and broker.pid to sample) set")
 
 
 @app.command()

@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mqbench.cli.errors import err_console, guarded
+from mqbench.cli.errors import guarded
+from mqbench.cli.output import err_console
 from mqbench.errors import BrokerError, UsageError
 
 if TYPE_CHECKING:

@@ -7,14 +7,12 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from rich.console import Console
 from rich.text import Text
 
+from mqbench.cli.output import err_console
 from mqbench.errors import MqbenchError
 
 T = TypeVar("T")
-
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def debug_enabled() -> bool:

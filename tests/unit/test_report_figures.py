@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis_fixtures import Traits, scenario_run
 
 from mqbench.analysis.run_summaries import load_run
-from mqbench.cli.tables import summary_table
+from mqbench.cli.tables import results_view, wide_columns
 from mqbench.records.run_manifest import RunManifest
 from mqbench.report import Report, build_report
 from mqbench.report.axes import Matrix
@@ -227,14 +227,14 @@ def test_cli_table_report_and_figures_label_aggregates_identically(
     assert (cpu, rss) == ("broker CPU mean (cores)", "broker RSS max (MB)")
     run = next(iter({f.parent for f in pairs_report.figure_files})).parent / "run"
     summaries = load_run(run).summaries
-    cli = summary_table(summaries)
-    headers = [str(c.header) for c in cli.columns]
+    headers = [c.header.replace("\n", " ") for c in wide_columns()]
     cells = next(t for t in pairs_report.tables if t.key == "cells")
     for name in (cpu, rss, label("throughput_msg_s"), label("latency_p99_us")):
         assert name in headers and name in cells.header
     scaling_labels = [p.ylabel for p in figure(pairs_report, "scaling-pairs").panels]
     assert scaling_labels[1:] == [cpu, rss]
-    column = list(cli.columns[headers.index(rss)].cells)
+    rows = results_view(summaries, 1000, wide=True).table.lines[-len(summaries) :]
+    column = [row.plain.split()[headers.index(rss)] for row in rows]
     assert column == [f"{s.broker_rss_mb_max:.1f}" for s in summaries]
 
 
