@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -24,26 +26,76 @@ NON_TTY_INTERVAL_S = 5.0
 def _rate(value: float) -> str:
     if value >= 1e6:
         return f"{value / 1e6:.2f}M"
-    if value >= 1e3:
+    if value >= 1e4:
         return f"{value / 1e3:.1f}K"
-    return f"{value:.0f}"
+    return f"{value:,.0f}"
 
 
-def progress_line(cell: Cell, p: Progress) -> Text:
-    """One status line for a running cell; every figure says what it is."""
-    text = Text()
-    text.append(f"{cell.id} ", style="bold")
-    text.append(f"{p.phase:<10} ", style="cyan")
-    text.append(f"{p.elapsed_s:.0f}/{p.total_s:.0f} s ({p.warmup_s:g} s warm-up)  ")
-    text.append(f"sent {_rate(p.send_rate)} msg/s of {_rate(p.offered_rate)} offered  ")
-    received = f"received {_rate(p.receive_rate)} msg/s"
-    if p.expected_rate and abs(p.expected_rate - p.offered_rate) > 1e-9:
-        received += f" of {_rate(p.expected_rate)} expected"
-    text.append(f"{received}  ")
-    text.append(f"connected {p.connected:,}/{p.connections:,}  ")
-    text.append(f"so far {p.sent:,} sent, {p.received:,} received")
+def stage(p: Progress) -> str:
+    """What the cell is doing, as people say it: ``connecting``, ``warm-up``, ``measuring``,
+    ``draining`` (publishing done, deliveries still arriving) or ``stopping``."""
+    if p.phase != "publishing":
+        return p.phase
+    return "warm-up" if p.elapsed_s < p.warmup_s else "measuring"
+
+
+def _clock(p: Progress, where: str) -> str:
+    if where == "warm-up":
+        return f"{p.elapsed_s:.0f}/{p.warmup_s:g} s"
+    if where == "measuring":
+        measured = p.total_s - p.warmup_s
+        return f"{min(p.elapsed_s, p.total_s) - p.warmup_s:.0f}/{measured:g} s"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Part:
+    text: str
+    rank: int
+    """Lower ranks are kept first when the line must be shorter."""
+    style: str = ""
+
+
+def _parts(p: Progress) -> list[_Part]:
+    where = stage(p)
+    parts = [_Part(f"{where} {_clock(p, where)}".rstrip(), 0, "cyan")]
+    expected = p.expected_rate or p.offered_rate
+    if where == "connecting" or p.connected < p.connections:
+        parts.append(_Part(f"connected {p.connected:,}/{p.connections:,}", 1))
+    if where in ("warm-up", "measuring"):
+        rates = f"msg/s sent {_rate(p.send_rate)} of {_rate(p.offered_rate)}, "
+        rates += f"recv {_rate(p.receive_rate)}"
+        if abs(expected - p.offered_rate) > 1e-9:
+            rates += f" of {_rate(expected)}"
+        parts.append(_Part(rates, 2))
+        parts.append(_Part(f"so far {p.sent:,} sent, {p.received:,} recv", 5))
+    elif where == "draining":
+        parts.append(_Part(f"msg/s recv {_rate(p.receive_rate)}", 2))
+        due = round(p.sent * expected / p.offered_rate) if p.offered_rate else p.sent
+        parts.append(_Part(f"{p.received:,} of {due:,} delivered", 3))
     if p.send_failed:
-        text.append(f", {p.send_failed:,} sends failed", style="red")
+        parts.append(_Part(f"{p.send_failed:,} sends failed", 1, "red"))
+    return parts
+
+
+def progress_line(cell: Cell, p: Progress, width: int | None = None) -> Text:
+    """One status line for a running cell, at most ``width`` cells when given: the cell id
+    and what it is doing always, then the figures in order of use while they fit. Rates
+    are per second over the last ~2 s; no send rate once publishing is over."""
+    parts = _parts(p)
+    room = None if width is None else width - 1 - cell_len(cell.id)
+    keep: set[int] = set()
+    for i in sorted(range(len(parts)), key=lambda k: parts[k].rank):
+        need = 2 + cell_len(parts[i].text)
+        if room is not None and parts[i].rank > 0 and need > room:
+            break
+        keep.add(i)
+        room = None if room is None else room - need
+    text = Text(cell.id, style="bold")
+    for i, part in enumerate(parts):
+        if i in keep:
+            text.append("  ")
+            text.append(part.text, style=part.style)
     return text
 
 
@@ -140,14 +192,14 @@ class RichReporter:
 
     def progress(self, cell: Cell, progress: Progress) -> None:
         """Update the live line (or print one every few seconds without a terminal)."""
-        line = progress_line(cell, progress)
         if self._live is not None:
+            line = progress_line(cell, progress, self.console.width)
             self._live.update(line)
             return
         now = time.monotonic()
         if now - self._last_print >= NON_TTY_INTERVAL_S:
             self._last_print = now
-            self.console.print(line)
+            self.console.print(progress_line(cell, progress))
 
     def broker_exited(self, cell: Cell, exit: BrokerExit) -> None:
         """Say at once that the broker died (a watcher thread calls this)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -17,6 +16,7 @@ from mqbench.records.events import Event, EventKind, EventLog
 from mqbench.records.intended import measured_window
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.plan import WorkerPlan
+from mqbench.workload.rates import RateMeter
 from mqbench.workload.worker import WorkerFailure, worker_main
 
 START_DELAY_S = 0.5
@@ -25,7 +25,6 @@ READY_GRACE_S = 30.0
 DONE_TIMEOUT_S = 30.0
 HURRY_DONE_S = 2.0
 """After a second signal, workers get this long to flush before they are killed."""
-RATE_WINDOW_S = 2.0
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Progress:
     offered_rate: float
     """Messages per second the schedule offers (all publishers)."""
     send_rate: float
-    """Messages per second handed to clients over the last ~2 s."""
+    """Messages per second handed to clients over the last ~2 s (``workload.rates``)."""
     receive_rate: float
     """Deliveries per second over the last ~2 s."""
     sent: int
@@ -217,7 +216,7 @@ class Coordinator:
         self.on_start = on_start
         self.launcher: Launcher = launcher if launcher is not None else LocalLauncher()
         self._handles: list[WorkerHandle] = []
-        self._history: deque[tuple[float, int, int]] = deque()
+        self._rates = RateMeter()
         self._last_connection_log = 0.0
         self._window: tuple[int, int] | None = None
         self._window_marked: set[EventKind] = set()
@@ -422,14 +421,11 @@ class Coordinator:
             return
         total = self._total()
         sent, received = total.sent, total.received
-        # Rates over the last ~2 s of worker stats (workers report every 0.5 s).
-        now = time.monotonic()
-        history = self._history
-        history.append((now, sent, received))
-        while len(history) > 2 and now - history[1][0] >= RATE_WINDOW_S:
-            history.popleft()
-        last_t, last_sent, last_received = history[0]
-        dt = max(now - last_t, 1e-6)
+        if start_ns:
+            self._rates.start(start_ns)
+        for handle in self._handles:
+            self._rates.add(handle.plan.worker, handle.stats)
+        send_rate, receive_rate = self._rates.rates()
         elapsed = (time.time_ns() - start_ns) / 1e9 if start_ns else 0.0
         self.on_progress(
             Progress(
@@ -437,8 +433,8 @@ class Coordinator:
                 elapsed_s=max(0.0, elapsed),
                 total_s=self.run_s,
                 offered_rate=self.offered_rate,
-                send_rate=(sent - last_sent) / dt,
-                receive_rate=(received - last_received) / dt,
+                send_rate=send_rate,
+                receive_rate=receive_rate,
                 sent=sent,
                 received=received,
                 connected=total.connected,

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -32,37 +33,63 @@ def test_dash_dash_version_prints_the_version_like_the_version_command() -> None
     assert flag.output == command.output == f"mqbench {__version__}\n"
 
 
+def _progress(phase: str = "publishing", elapsed: float = 12.2, **kw: float) -> Progress:
+    values: dict[str, float] = {
+        "elapsed_s": elapsed,
+        "total_s": 25.0,
+        "offered_rate": 200.0,
+        "send_rate": 222.0,
+        "receive_rate": 219.6,
+        "sent": 2400,
+        "received": 2398,
+        "connected": 40,
+        "connections": 40,
+        "send_failed": 3,
+        "warmup_s": 5.0,
+        "expected_rate": 200.0,
+    }
+    values.update(kw)
+    return Progress(phase=phase, **values)  # type: ignore[arg-type]
+
+
+PAIRS = Cell(0, 0, "nats", "pairs", 20, 10.0, 64, 0, 20.0, 5.0, 3.0)
+
+
 def test_the_progress_line_names_every_figure() -> None:
-    cell = Cell(0, 0, "nats", "pairs", 20, 10.0, 64, 0, 20.0, 5.0, 3.0)
-    line = progress_line(
-        cell,
-        Progress(
-            phase="publishing",
-            elapsed_s=12.2,
-            total_s=25.0,
-            offered_rate=200.0,
-            send_rate=222.0,
-            receive_rate=219.6,
-            sent=2400,
-            received=2398,
-            connected=40,
-            connections=40,
-            send_failed=3,
-            warmup_s=5.0,
-            expected_rate=200.0,
-        ),
-    ).plain
-    assert "12/25 s (5 s warm-up)" in line
-    assert "sent 222 msg/s of 200 offered" in line
-    assert "received 220 msg/s  " in line  # no "of ... expected" when it equals the offer
-    assert "connected 40/40" in line
-    assert "so far 2,400 sent, 2,398 received, 3 sends failed" in line
+    line = progress_line(PAIRS, _progress()).plain
+    assert line.startswith("nats-64B-20pairs-10hz-qos0  measuring 7/20 s  ")
+    assert "msg/s sent 222 of 200, recv 220  " in line  # no "of ..." when it equals the offer
+    assert "so far 2,400 sent, 2,398 recv" in line
+    assert "3 sends failed" in line
+    assert "connected" not in line  # all connected: nothing to say
+
+
+def test_the_progress_line_says_warm_up_then_measuring_then_draining() -> None:
+    assert " warm-up 3/5 s " in progress_line(PAIRS, _progress(elapsed=3.4)).plain
+    assert " measuring 0/20 s " in progress_line(PAIRS, _progress(elapsed=5.2)).plain
+    draining = progress_line(PAIRS, _progress("draining", elapsed=25.3)).plain
+    assert draining.startswith("nats-64B-20pairs-10hz-qos0  draining  ")
+    assert "sent" not in draining.replace("sends failed", "")  # no sends while draining
+    assert "msg/s recv 220" in draining and "2,398 of 2,400 delivered" in draining
+    connecting = progress_line(PAIRS, _progress("connecting", elapsed=0, connected=12)).plain
+    assert "connecting  connected 12/40" in connecting
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120])
+def test_the_progress_line_fits_the_terminal_keeping_the_cell_id_and_stage(width: int) -> None:
+    cell = Cell(0, 0, "tbmq-standalone", "pairs", 2000, 10.0, 1024, 1, 20.0, 5.0, 3.0)
+    p = _progress(offered_rate=20000.0, send_rate=19998.4, receive_rate=20001.0, sent=2_400_000)
+    line = progress_line(cell, p, width).plain
+    assert len(line) < width
+    assert line.startswith(f"{cell.id}  measuring 7/20 s")
+    full = progress_line(cell, p).plain
+    assert all(part in full for part in line.split("  "))  # parts are left out, never cut
 
 
 def test_a_fanout_progress_line_says_how_many_deliveries_are_expected() -> None:
     cell = Cell(0, 0, "nats", "fanout", 1, 10.0, 64, 0, 20.0, 5.0, 3.0, fanout_subscribers=50)
     p = Progress("publishing", 6, 25, 10.0, 10.0, 498.0, 60, 2990, 51, 51, 0, 5.0, 500.0)
-    assert "received 498 msg/s of 500 expected" in progress_line(cell, p).plain
+    assert "msg/s sent 10 of 10, recv 498 of 500" in progress_line(cell, p).plain
 
 
 def test_the_analysis_line_says_which_cell_of_how_many_and_for_how_long() -> None:
