@@ -18,35 +18,42 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from mqbench.analysis.compare_settings import (
+    SettingDifference,
+    Settings,
+    cell_settings,
+    differences,
+    run_settings,
+)
 from mqbench.analysis.repeats import MeanCI, RepeatAggregate, aggregate_repeats, t_quantile
-from mqbench.errors import MqbenchError, UsageError
+from mqbench.errors import AnalysisError, UsageError
+from mqbench.scenario import gate
+from mqbench.scenario.gate import (
+    COMPARE_METRICS,
+    DEFAULT_THRESHOLDS,
+    MetricSpec,
+    Threshold,
+)
 
 REGRESSION_EXIT_CODE: Final = 3
 REFUSED_EXIT_CODE: Final = 4
-"""The gate could not judge honestly: an invalid cell, or latency the generator shaped."""
+"""The gate could not judge honestly: no cell matched, other scenarios, an invalid cell, a
+missing cell with ``--fail-on-missing``, or latency the generator shaped."""
 INVALID_EXIT_CODE: Final = REFUSED_EXIT_CODE
 
 
-class InvalidCellsError(MqbenchError):
-    """Compare refuses to gate on invalid cells (exit code 4) unless ``--allow-invalid``."""
-
-    exit_code = INVALID_EXIT_CODE
-
-    def __init__(self, message: str, cells: list[tuple[str, str, tuple[str, ...]]]) -> None:
-        super().__init__(message)
-        self.cells = cells
-        """``(base id, "baseline" | "current", invalid kinds)`` of every invalid cell."""
+InvalidCell = tuple[str, str, tuple[str, ...]]
+"""``(base id, "baseline" | "current", invalid kinds)``."""
 
 
 def invalid_cells(
     baseline: Sequence[RepeatAggregate], current: Sequence[RepeatAggregate]
-) -> list[tuple[str, str, tuple[str, ...]]]:
+) -> list[InvalidCell]:
     """Cells (base id, side, kinds) that are invalid in some repeat, baseline first."""
     out = []
     for side, aggs in (("baseline", baseline), ("current", current)):
@@ -56,99 +63,27 @@ def invalid_cells(
     return out
 
 
+ProblemKind = Literal["no_match", "scenario_differs", "invalid_cells", "missing"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why the gate as a whole refuses to pass (exit code 4), whatever the verdicts say."""
+
+    kind: ProblemKind
+    message: str
+
+
 Verdict = Literal["ok", "regression", "improvement", "missing", "refused"]
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """A metric the gate can judge: where it comes from, its unit and its good direction."""
-
-    name: str
-    source: str  # key of mqbench.analysis.repeats.METRICS
-    unit: str
-    scale: float  # multiply the source value to get the unit
-    higher_is_better: bool
-    from_intended: bool = False
-    """Latency from the intended send time: includes the generator's send lag."""
-
-
-COMPARE_METRICS: Final[dict[str, MetricSpec]] = {
-    m.name: m
-    for m in (
-        MetricSpec("throughput", "throughput_msg_s", "msg/s", 1.0, True),
-        MetricSpec("p50", "latency_p50_us", "ms", 1e-3, False, from_intended=True),
-        MetricSpec("p95", "latency_p95_us", "ms", 1e-3, False, from_intended=True),
-        MetricSpec("p99", "latency_p99_us", "ms", 1e-3, False, from_intended=True),
-        MetricSpec("p999", "latency_p999_us", "ms", 1e-3, False, from_intended=True),
-        MetricSpec("loss", "loss_pct", "%", 1.0, False),
-        MetricSpec("ack_p95", "ack_latency_p95_us", "ms", 1e-3, False),
-        MetricSpec("cpu", "broker_cpu_cores_mean", "cores", 1.0, False),
-        MetricSpec("rss", "broker_rss_mb_max", "MB", 1.0, False),
-    )
-}
-"""Metric names accepted by ``--threshold``; latencies are in ms, loss in percentage points."""
-
-DEFAULT_THRESHOLDS: Final = "throughput=-5%,p95=+10%,loss=+0.1"
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """Tolerated worsening of one metric: ``value`` percent (relative) or metric units."""
-
-    metric: str
-    value: float  # magnitude, >= 0
-    relative: bool
-
-    def limit(self, baseline: float) -> float:
-        """The tolerated worsening in metric units for a given baseline mean."""
-        return self.value / 100.0 * abs(baseline) if self.relative else self.value
-
-    def __str__(self) -> str:
-        sign = "+" if not COMPARE_METRICS[self.metric].higher_is_better else "-"
-        return f"{self.metric}={sign}{self.value:g}{'%' if self.relative else ''}"
-
-
-_ITEM = re.compile(
-    r"^\s*([a-z0-9_]+)\s*=\s*([+-]?)\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%?)\s*$"
-)
-
-
 def parse_thresholds(text: str | None) -> dict[str, Threshold]:
-    """Parse ``throughput=-5%,p95=+10%,loss=+0.1`` (UsageError with the reason otherwise).
-
-    The sign is optional; when given it must point in the metric's bad direction (``-`` for
-    throughput, ``+`` for latency, loss, cpu and rss). ``%`` makes a threshold relative to
-    the baseline mean; without it the value is in the metric's unit (ms, %-points, ...).
-    """
-    text = DEFAULT_THRESHOLDS if text is None else text
-    out: dict[str, Threshold] = {}
-    for item in (part for part in text.split(",") if part.strip()):
-        match = _ITEM.match(item)
-        if not match:
-            raise UsageError(
-                f"--threshold {item.strip()!r}: expected METRIC=[+|-]NUMBER[%], "
-                "e.g. throughput=-5%,p95=+10%,loss=+0.1"
-            )
-        name, sign, number, pct = match.groups()
-        spec = COMPARE_METRICS.get(name)
-        if spec is None:
-            raise UsageError(
-                f"--threshold {item.strip()!r}: unknown metric {name!r} "
-                f"(known: {', '.join(COMPARE_METRICS)})"
-            )
-        bad = "-" if spec.higher_is_better else "+"
-        if sign and sign != bad:
-            better = "higher" if spec.higher_is_better else "lower"
-            raise UsageError(
-                f"--threshold {item.strip()!r}: {better} {name} is better, so the threshold is "
-                f"the tolerated change in the other direction: write {name}={bad}{number}{pct}"
-            )
-        if name in out:
-            raise UsageError(f"--threshold: metric {name!r} is given twice")
-        out[name] = Threshold(name, float(number), relative=pct == "%")
-    if not out:
-        raise UsageError("--threshold: no thresholds given")
-    return out
+    """Parse ``throughput=-5%,p95=+10%,loss=+0.1`` (``mqbench.scenario.gate``); a UsageError
+    naming ``--threshold`` and the reason otherwise. None gives the defaults."""
+    try:
+        return gate.parse_thresholds(text)
+    except gate.ThresholdError as exc:
+        raise UsageError(f"--threshold {exc}") from None
 
 
 def _scaled(m: MeanCI, scale: float) -> MeanCI:
@@ -227,6 +162,8 @@ class CellComparison:
     status: str  # "both" | "baseline only" | "current only"
     notes: list[str] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    differences: list[SettingDifference] = field(default_factory=list)
+    """Parameters and settings whose value differs between the two runs."""
 
     @property
     def verdict(self) -> Verdict:
@@ -242,12 +179,19 @@ class CellComparison:
 
 @dataclass
 class CompareResult:
-    """Outcome of :func:`compare_aggregates`; ``exit_code`` is 3 when anything regressed."""
+    """Outcome of :func:`compare_aggregates` / :func:`compare_runs` (see ``exit_code``)."""
 
     baseline: str
     current: str
     thresholds: dict[str, Threshold]
     cells: list[CellComparison]
+    problems: list[Problem] = field(default_factory=list)
+    """Why the comparison as a whole is refused (no cell matched, other scenario, ...)."""
+    invalid: list[InvalidCell] = field(default_factory=list)
+    scenarios: tuple[str, str] | None = None
+    """The scenario names of baseline and current, when known."""
+    threshold_source: str = "default"
+    """Where the thresholds came from: ``--threshold``, ``gate`` (the scenario's), ``default``."""
 
     @property
     def regressions(self) -> int:
@@ -260,8 +204,26 @@ class CompareResult:
         return sum(1 for c in self.cells for m in c.metrics if m["verdict"] == "refused")
 
     @property
+    def matched(self) -> int:
+        """Cells present in both runs."""
+        return sum(1 for c in self.cells if c.status == "both")
+
+    @property
+    def verdict(self) -> Literal["ok", "regression", "refused"]:
+        """``refused`` on a problem, else ``regression``, else ``refused`` on a refused
+        metric, else ``ok``."""
+        if self.problems:
+            return "refused"
+        if self.regressions:
+            return "regression"
+        return "refused" if self.refusals else "ok"
+
+    @property
     def exit_code(self) -> int:
-        """3 on regression, else 4 when a metric was refused, else 0 (the CLI's exit code)."""
+        """The CLI's exit code: 4 when refused as a whole, 3 on a regression, 4 when a
+        metric was refused, else 0."""
+        if self.problems:
+            return REFUSED_EXIT_CODE
         if self.regressions:
             return REGRESSION_EXIT_CODE
         return REFUSED_EXIT_CODE if self.refusals else 0
@@ -278,15 +240,26 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready result (``mqbench compare --format json``)."""
-        verdict = "regression" if self.regressions else "refused" if self.refusals else "ok"
+        cells = []
+        for c in self.cells:
+            data = asdict(c) | {"verdict": c.verdict}
+            data["differences"] = [d.to_dict() for d in c.differences]
+            cells.append(data)
         return {
-            "verdict": verdict,
+            "verdict": self.verdict,
             "exit_code": self.exit_code,
             "baseline": self.baseline,
             "current": self.current,
+            "scenarios": list(self.scenarios) if self.scenarios else None,
             "thresholds": {k: str(v) for k, v in self.thresholds.items()},
+            "threshold_source": self.threshold_source,
+            "problems": [asdict(p) for p in self.problems],
+            "invalid": [
+                {"cell": cell, "side": side, "kinds": list(kinds)}
+                for cell, side, kinds in self.invalid
+            ],
             "counts": self.counts(),
-            "cells": [asdict(c) | {"verdict": c.verdict} for c in self.cells],
+            "cells": cells,
         }
 
     def to_json(self) -> str:
@@ -294,73 +267,72 @@ class CompareResult:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def to_text(self) -> str:
-        """A plain-text table, one line per (cell, metric), and a verdict line."""
-        header = ("cell", "metric", "baseline", "current", "change", "noise ±", "limit", "verdict")
-        lines: list[tuple[str, ...]] = [header]
-        for c in self.cells:
-            if c.status != "both":
-                lines.append((c.cell, "-", "", "", "", "", "", f"missing ({c.status})"))
-                continue
-            for m in c.metrics:
-                lines.append(
-                    (
-                        c.cell,
-                        m["metric"],
-                        _fmt_mean(m["baseline"], m["baseline_ci95"], m["unit"]),
-                        _fmt_mean(m["current"], m["current_ci95"], m["unit"]),
-                        _fmt_change(m["change"], m["change_pct"]),
-                        _fmt(m["noise"]),
-                        _fmt(m["limit"]),
-                        m["verdict"].upper()
-                        if m["verdict"] in ("regression", "refused")
-                        else m["verdict"],
-                    )
+        """A plain-text table, one line per (cell, metric), notes, and a verdict line."""
+        from mqbench.analysis.compare_output import to_text
+
+        return to_text(self)
+
+    def to_markdown(self) -> str:
+        """A Markdown summary for a CI job page (``--format markdown``)."""
+        from mqbench.analysis.compare_output import to_markdown
+
+        return to_markdown(self)
+
+    def to_junit(self) -> str:
+        """JUnit XML, one test case per (cell, metric) (``--format junit``)."""
+        from mqbench.analysis.compare_output import to_junit
+
+        return to_junit(self)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the gate is told to tolerate (the ``compare`` flags and ``gate:``)."""
+
+    allow_generator_bound: bool = False
+    allow_invalid: bool = False
+    allow_mixed: bool = False
+    """Compare runs of differently named scenarios."""
+    fail_on_missing: bool = False
+    """A cell or metric with no value on one side fails the gate (exit 4)."""
+
+
+def _judge_cell(
+    b: RepeatAggregate,
+    c: RepeatAggregate,
+    thresholds: dict[str, Threshold],
+    allow_generator_bound: bool,
+) -> CellComparison:
+    comp = CellComparison(b.base_id, "both")
+    bound_sides = []
+    for side, agg in (("baseline", b), ("current", c)):
+        if agg.any_saturated:
+            comp.notes.append(f"{side}: generator saturated in some repeat (numbers invalid)")
+        if agg.any_latency_bound:
+            bound_sides.append(side)
+            comp.notes.append(
+                f"{side}: latency generator-bound in some repeat "
+                + (
+                    "(judged anyway: --allow-generator-bound)"
+                    if allow_generator_bound
+                    else "(latency not judged; --allow-generator-bound to judge it)"
                 )
-        widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-        text = [
-            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in lines
-        ]
-        for c in self.cells:
-            text.extend(f"note: {c.cell}: {note}" for note in c.notes)
-        counts = self.counts()
-        summary = ", ".join(f"{v} {k}" for k, v in counts.items())
-        verdict = "REGRESSION" if self.regressions else "REFUSED" if self.refusals else "OK"
-        text.append(
-            f"{verdict}: {summary} (thresholds: "
-            f"{', '.join(str(t) for t in self.thresholds.values())})"
+            )
+        other = [k for k in agg.invalid_kinds if k != "generator_saturated"]
+        if other:
+            comp.notes.append(f"{side}: invalid in some repeat ({', '.join(other)})")
+    for name, threshold in thresholds.items():
+        spec = COMPARE_METRICS[name]
+        row = judge(
+            spec,
+            threshold,
+            _scaled(b.metrics[spec.source], spec.scale),
+            _scaled(c.metrics[spec.source], spec.scale),
         )
-        return "\n".join(text) + "\n"
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v == 0:
-        return "0"
-    mag = abs(v)
-    if mag >= 1000:
-        return f"{v:,.0f}"
-    if mag >= 10:
-        return f"{v:.1f}"
-    if mag >= 0.1:
-        return f"{v:.3f}"
-    return f"{v:.3g}"
-
-
-def _fmt_mean(mean: float | None, ci: float | None, unit: str) -> str:
-    if mean is None:
-        return "-"
-    text = _fmt(mean) if ci is None else f"{_fmt(mean)}±{_fmt(ci)}"
-    return f"{text} {unit}"
-
-
-def _fmt_change(change: float | None, pct: float | None) -> str:
-    if change is None:
-        return "-"
-    sign = "+" if change > 0 else ""
-    text = f"{sign}{_fmt(change)}"
-    return f"{text} ({sign}{pct:.1f}%)" if pct is not None else text
+        if spec.from_intended and bound_sides and not allow_generator_bound:
+            row["verdict"] = "refused"
+        comp.metrics.append(row)
+    return comp
 
 
 def compare_aggregates(
@@ -371,12 +343,17 @@ def compare_aggregates(
     baseline_name: str = "baseline",
     current_name: str = "current",
     allow_generator_bound: bool = False,
+    settings: tuple[Settings, Settings] | None = None,
+    fail_on_missing: bool = False,
 ) -> CompareResult:
     """Judge every metric of ``thresholds`` for every cell (see the module docstring).
 
     Latency from the intended send time is ``refused`` (not judged) where either side's
     latency was generator-bound (``latency_verdict``): a change there may be the
     generator's, not the broker's. ``allow_generator_bound`` judges it anyway (noted).
+    ``settings`` (baseline, current) by base id: every one that differs becomes a
+    ``parameters differ`` note; without them the cells' parameters are compared. No cell
+    in both runs, and with ``fail_on_missing`` any missing cell or metric, is a problem.
     """
     base = {a.base_id: a for a in baseline}
     cur = {a.base_id: a for a in current}
@@ -388,42 +365,53 @@ def compare_aggregates(
             status = "baseline only" if c is None else "current only"
             cells.append(CellComparison(bid, status))
             continue
-        comp = CellComparison(bid, "both")
-        bound_sides = []
-        for side, agg in (("baseline", b), ("current", c)):
-            if agg.any_saturated:
-                comp.notes.append(f"{side}: generator saturated in some repeat (numbers invalid)")
-            if agg.any_latency_bound:
-                bound_sides.append(side)
-                comp.notes.append(
-                    f"{side}: latency generator-bound in some repeat "
-                    + (
-                        "(judged anyway: --allow-generator-bound)"
-                        if allow_generator_bound
-                        else "(latency not judged; --allow-generator-bound to judge it)"
-                    )
-                )
-            other = [k for k in agg.invalid_kinds if k != "generator_saturated"]
-            if other:
-                comp.notes.append(f"{side}: invalid in some repeat ({', '.join(other)})")
-        if b.params != c.params:
-            diff = sorted(
-                k for k in set(b.params) | set(c.params) if b.params.get(k) != c.params.get(k)
-            )
-            comp.notes.append(f"parameters differ: {', '.join(diff)}")
-        for name, threshold in thresholds.items():
-            spec = COMPARE_METRICS[name]
-            row = judge(
-                spec,
-                threshold,
-                _scaled(b.metrics[spec.source], spec.scale),
-                _scaled(c.metrics[spec.source], spec.scale),
-            )
-            if spec.from_intended and bound_sides and not allow_generator_bound:
-                row["verdict"] = "refused"
-            comp.metrics.append(row)
+        comp = _judge_cell(b, c, thresholds, allow_generator_bound)
+        known = settings is not None and bid in settings[0] and bid in settings[1]
+        if settings is not None and known:
+            comp.differences = differences(settings[0][bid], settings[1][bid])
+        else:
+            comp.differences = differences(cell_settings(b.params), cell_settings(c.params))
+        if comp.differences:
+            comp.notes.append("parameters differ: " + "; ".join(map(str, comp.differences)))
         cells.append(comp)
-    return CompareResult(baseline_name, current_name, thresholds, cells)
+    result = CompareResult(baseline_name, current_name, thresholds, cells)
+    result.problems.extend(_cell_problems(result, sorted(base), sorted(cur), fail_on_missing))
+    return result
+
+
+def _cell_problems(
+    result: CompareResult, base_ids: list[str], cur_ids: list[str], fail_on_missing: bool
+) -> list[Problem]:
+    if not result.matched:
+        return [
+            Problem(
+                "no_match",
+                "no cell is in both runs, so nothing was compared (baseline: "
+                f"{_ids(base_ids)}; current: {_ids(cur_ids)}); cells match by id without "
+                "the -r<n> repeat suffix",
+            )
+        ]
+    if not fail_on_missing:
+        return []
+    alone = [c.cell for c in result.cells if c.status != "both"]
+    gaps = [
+        f"{c.cell} {m['metric']}"
+        for c in result.cells
+        for m in c.metrics
+        if m["verdict"] == "missing"
+    ]
+    if not alone and not gaps:
+        return []
+    what = [f"{len(alone)} cell(s) in one run only ({_ids(alone)})"] if alone else []
+    what += [f"{len(gaps)} metric(s) without a value ({_ids(gaps)})"] if gaps else []
+    return [Problem("missing", f"--fail-on-missing: {'; '.join(what)}")]
+
+
+def _ids(ids: Sequence[str], most: int = 3) -> str:
+    if not ids:
+        return "none"
+    more = f", +{len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(ids[:most]) + more
 
 
 def compare_runs(
@@ -432,36 +420,85 @@ def compare_runs(
     thresholds: dict[str, Threshold] | str | None = None,
     *,
     analyse_missing: bool = True,
-    allow_generator_bound: bool = False,
-    allow_invalid: bool = False,
+    options: Options = Options(),
 ) -> CompareResult:
     """Compare two result folders (cells without summaries are analysed with numpy).
 
-    ``thresholds`` is parsed with :func:`parse_thresholds` when given as text (None: the
-    defaults ``throughput=-5%,p95=+10%,loss=+0.1``). A cell that is invalid on either side
-    (``valid: false`` in some repeat) makes it raise :class:`InvalidCellsError` unless
-    ``allow_invalid``: a gate must not pass or fail on numbers that measure no broker.
+    ``thresholds`` as text is parsed with :func:`parse_thresholds`; None takes the current
+    run's scenario ``gate:`` (else the baseline's), else ``throughput=-5%,p95=+10%,loss=+0.1``.
+    The result is refused as a whole (``problems``, exit code 4) when the scenario names
+    differ (unless ``options.allow_mixed``), when a cell is invalid on either side (unless
+    ``options.allow_invalid``: a gate must not pass or fail on numbers that measure no
+    broker), when no cell matched, and with ``fail_on_missing`` (the option or the gate's)
+    when a cell or metric is missing. Every cell is judged either way, so the JSON says all.
     """
     from mqbench.analysis.run_summaries import load_run
 
-    parsed = thresholds if isinstance(thresholds, dict) else parse_thresholds(thresholds)
     runs = [load_run(Path(p), analyse_missing) for p in (baseline, current)]
+    parsed, source, scenario_gate = _thresholds(thresholds, runs[1].manifest, runs[0].manifest)
     base_aggs = aggregate_repeats(runs[0].summaries)
     cur_aggs = aggregate_repeats(runs[1].summaries)
-    bad = invalid_cells(base_aggs, cur_aggs)
-    if bad and not allow_invalid:
-        cell, side, kinds = bad[0]
-        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise InvalidCellsError(
-            f"refusing to compare: cell {cell!r} is invalid in the {side} run "
-            f"({', '.join(kinds)}){more}; pass --allow-invalid to compare anyway",
-            bad,
-        )
-    return compare_aggregates(
+    result = compare_aggregates(
         base_aggs,
         cur_aggs,
         parsed,
         baseline_name=str(baseline),
         current_name=str(current),
-        allow_generator_bound=allow_generator_bound,
+        allow_generator_bound=options.allow_generator_bound,
+        settings=(run_settings(runs[0]), run_settings(runs[1])),
+        fail_on_missing=options.fail_on_missing
+        or (scenario_gate is not None and scenario_gate.fail_on_missing),
     )
+    result.threshold_source = source
+    result.scenarios = (runs[0].scenario, runs[1].scenario)
+    result.invalid = invalid_cells(base_aggs, cur_aggs)
+    early: list[Problem] = []
+    if runs[0].scenario != runs[1].scenario and not options.allow_mixed:
+        early.append(
+            Problem(
+                "scenario_differs",
+                f"the runs are of different scenarios ({runs[0].scenario!r} vs "
+                f"{runs[1].scenario!r}); pass --allow-mixed to compare them anyway",
+            )
+        )
+    if result.invalid and not options.allow_invalid:
+        cell, side, kinds = result.invalid[0]
+        more = f" (+{len(result.invalid) - 1} more)" if len(result.invalid) > 1 else ""
+        early.append(
+            Problem(
+                "invalid_cells",
+                f"cell {cell!r} is invalid in the {side} run ({', '.join(kinds)}){more}; "
+                "pass --allow-invalid to compare anyway",
+            )
+        )
+    result.problems[:0] = early
+    return result
+
+
+def _thresholds(
+    given: dict[str, Threshold] | str | None,
+    current: dict[str, Any],
+    baseline: dict[str, Any],
+) -> tuple[dict[str, Threshold], str, gate.Gate | None]:
+    """The thresholds to judge by, where they came from, and the scenario's gate (if any)."""
+    scenario_gate = scenario_gate_of(current) or scenario_gate_of(baseline)
+    if isinstance(given, dict):
+        return given, "--threshold", scenario_gate
+    if given is not None:
+        return parse_thresholds(given), "--threshold", scenario_gate
+    if scenario_gate is not None:
+        return scenario_gate.parsed(), "gate", scenario_gate
+    return parse_thresholds(DEFAULT_THRESHOLDS), "default", None
+
+
+def scenario_gate_of(manifest: dict[str, Any]) -> gate.Gate | None:
+    """The ``gate:`` of the scenario a run was made from (None when it has none; an
+    unreadable one is an AnalysisError naming the key)."""
+    scenario = manifest.get("scenario")
+    data = scenario.get("gate") if isinstance(scenario, dict) else None
+    if data is None:
+        return None
+    try:
+        return gate.Gate.model_validate(data)
+    except (ValueError, TypeError) as exc:
+        raise AnalysisError(f"manifest.json: scenario.gate is not readable ({exc})") from None

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from mqbench.cli.errors import err_console, guarded
-from mqbench.errors import UsageError
+from mqbench.cli.errors import guarded
+from mqbench.cli.output import err_console, print_lines, table_width
+from mqbench.cli.tables import compare_view
+from mqbench.errors import MqbenchError, UsageError
 from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 
 
@@ -83,6 +86,9 @@ def report(
     guarded(go)
 
 
+COMPARE_FORMATS = ("text", "json", "junit", "markdown")
+
+
 def compare(
     baseline: Annotated[str, typer.Argument(metavar="BASELINE", help="Baseline result folder.")],
     current: Annotated[str, typer.Argument(metavar="CURRENT", help="Current result folder.")],
@@ -91,13 +97,22 @@ def compare(
         typer.Option(
             "--threshold",
             metavar="METRIC=[+|-]N[%],...",
-            help="Tolerated worsening per metric (default throughput=-5%,p95=+10%,loss=+0.1). "
+            help="Tolerated worsening per metric; replaces the scenario's gate: thresholds "
+            "(default throughput=-5%,p95=+10%,loss=+0.1). "
             "Metrics: throughput, p50, p95, p99, p999, loss, ack_p95, cpu, rss.",
         ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Output: text or json.")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", help="Output: text, json, junit or markdown.")
+    ] = "text",
     out: Annotated[
-        Path | None, typer.Option("--out", metavar="FILE", help="Write the result to FILE.")
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Write the result to FILE (on every exit, errors too); the text verdict is "
+            "still printed.",
+        ),
     ] = None,
     allow_generator_bound: Annotated[
         bool,
@@ -114,33 +129,80 @@ def compare(
             "sends failed, records truncated); otherwise compare refuses with exit code 4.",
         ),
     ] = False,
+    allow_mixed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mixed",
+            help="Compare runs of differently named scenarios; otherwise exit code 4.",
+        ),
+    ] = False,
+    fail_on_missing: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-missing",
+            help="Exit with code 4 when a cell is in one run only or a metric has no value.",
+        ),
+    ] = False,
 ) -> None:
     """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
 
     Noise aware when cells have repeats (see docs/ci.md). Exit code 4 when the gate cannot
-    judge honestly: a cell is invalid on either side (unless --allow-invalid), or nothing
-    regressed but a latency metric was refused because the generator's send lag shaped it
-    (unless --allow-generator-bound).
+    judge honestly: no cell is in both runs; the scenario names differ (unless
+    --allow-mixed); a cell is invalid on either side (unless --allow-invalid); a cell or
+    metric is missing with --fail-on-missing; or nothing regressed but a latency metric was
+    refused because the generator's send lag shaped it (unless --allow-generator-bound).
+    Thresholds come from --threshold, else the scenario's gate:, else the defaults.
 
     Example: mqbench compare ci/baseline results/ci-smoke/20261122T050102Z-1a2b3c
     """
 
     def go() -> int:
-        from mqbench.analysis.compare import compare_runs, parse_thresholds
+        from mqbench.analysis.compare import Options, compare_runs, parse_thresholds
 
-        if fmt not in ("text", "json"):
-            raise UsageError(f"--format {fmt!r}: choose text or json")
-        thresholds = parse_thresholds(threshold)
+        thresholds = None if threshold is None else parse_thresholds(threshold)
+        options = Options(allow_generator_bound, allow_invalid, allow_mixed, fail_on_missing)
         result = compare_runs(
             _local_folder(baseline, "compare"),
             _local_folder(current, "compare"),
             thresholds,
-            allow_generator_bound=allow_generator_bound,
-            allow_invalid=allow_invalid,
+            options=options,
         )
-        _write(result.to_json() if fmt == "json" else result.to_text(), out)
+        if fmt != "text" or out is not None:
+            rendered = {
+                "text": result.to_text,
+                "json": result.to_json,
+                "junit": result.to_junit,
+                "markdown": result.to_markdown,
+            }[fmt]()
+            _write(rendered, out)
+        if out is not None or fmt == "text":
+            print_lines(compare_view(result, table_width()))
         return result.exit_code
 
-    code = guarded(go)
+    def guarded_go() -> int:
+        if fmt not in COMPARE_FORMATS:
+            raise UsageError(f"--format {fmt!r}: choose {', '.join(COMPARE_FORMATS)}")
+        try:
+            return go()
+        except MqbenchError as exc:
+            _write_error(fmt, out, baseline, current, exc)
+            raise
+
+    code = guarded(guarded_go)
     if code:
         sys.exit(code)
+
+
+def _write_error(
+    fmt: str, out: Path | None, baseline: str, current: str, exc: MqbenchError
+) -> None:
+    """Every exit writes the requested output: a machine format gets an ``error`` document
+    (on stdout, or in ``--out``), so a CI step that uploads it always finds one."""
+    from mqbench.analysis.compare_output import error_output
+
+    if fmt == "text":
+        return
+    text = error_output(fmt, baseline, current, str(exc), exc.exit_code)
+    # --out itself may be what cannot be written: the original error is the one to report
+    with contextlib.suppress(UsageError):
+        _write(text, out)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mqbench.records.format import HEADER_SIZE
+from mqbench.scenario.gate import Gate
 from mqbench.scenario.security import Security, options_label
 from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
@@ -492,6 +493,9 @@ class Scenario(_Strict):
     security: Security = Security()
     repeat: int = Field(default=1, ge=1, le=1000)
     seed: int = 1
+    gate: Gate | None = Field(
+        default=None, description="thresholds `mqbench compare` judges runs of this scenario by"
+    )
 
     @field_validator("targets", "client", "resources", mode="before")
     @classmethod

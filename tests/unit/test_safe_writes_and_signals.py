@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis_fixtures import intended, make_cell, records, sends_ok, write_manifest
 
-from mqbench.analysis.compare import InvalidCellsError, compare_runs
+from mqbench.analysis.compare import compare_runs
 from mqbench.brokers.resources.sampler import ResourceSampler
 from mqbench.brokers.runtime.liveness import BrokerExit, ContainerExitWatch
 from mqbench.cli.app import app
@@ -234,14 +234,12 @@ def _cli() -> typer.Typer:
 
 def test_compare_refuses_to_gate_on_invalid_cells_unless_allowed(tmp_path: Path) -> None:
     good, bad = _run_with(tmp_path, "good", 0), _run_with(tmp_path, "bad", 30)
-    with pytest.raises(InvalidCellsError) as info:
-        compare_runs(good, bad)
-    assert info.value.cells == [("c0", "current", ("sends_failed",))]
+    refused = compare_runs(good, bad)
+    assert refused.invalid == [("c0", "current", ("sends_failed",))]
+    assert [p.kind for p in refused.problems] == ["invalid_cells"] and refused.exit_code == 4
     result = runner.invoke(_cli(), ["compare", str(good), str(bad)])
     assert result.exit_code == 4
-    assert "refusing to compare: cell 'c0' is invalid in the current run (sends_failed)" in (
-        result.output
-    )
+    assert "refused: cell 'c0' is invalid in the current run (sends_failed)" in result.output
     allowed = runner.invoke(_cli(), ["compare", str(good), str(bad), "--allow-invalid"])
     assert allowed.exit_code == 3, allowed.output  # loss went up by 30 points
     assert "current: invalid in some repeat (sends_failed)" in allowed.output
