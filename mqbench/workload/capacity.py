@@ -21,6 +21,7 @@ free space of the output folder.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -33,7 +34,7 @@ import psutil
 
 from mqbench.errors import CapacityError, ResultsError
 from mqbench.records.format import RECORD_SIZE
-from mqbench.scenario.matrix import Cell
+from mqbench.scenario.matrix import AXIS_FIELDS, Cell
 from mqbench.scenario.model import Scenario
 from mqbench.workload.plan import cell_shards
 
@@ -162,7 +163,8 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
         raise CapacityError(
             f"cell {cell.id}: {conns:,} connections exceed the broker process's open-files "
             f"limit of {broker_files:,} ({limits.broker_limit_source}; one file per "
-            f"connection plus {BROKER_FD_RESERVE} for the broker itself)"
+            f"connection plus {BROKER_FD_RESERVE} for the broker itself); "
+            + _raise_files_hint(scenario, cell, broker_files)
         )
     budget = scenario.generator.buffer_memory
     share = budget / max(1, cell.publishers)
@@ -181,6 +183,47 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
             f"(generator.buffer_memory {human_bytes(budget, True)}); a broker pause would refuse "
             "most sends; lower the rate or payload, or raise generator.buffer_memory"
         )
+
+
+def largest_fitting_size(cell: Cell, limit: int) -> tuple[str, int] | None:
+    """The cell's size axis (``pairs``, ``subscribers``, ...) and the largest value of it
+    whose connections fit a broker open-files ``limit`` (None: no size axis, none fits)."""
+    axis = cell.shape.search_axis
+    if axis is None:
+        return None
+    name = AXIS_FIELDS[axis]
+    lo, hi = 0, int(getattr(cell, name))
+    while lo < hi:  # largest k with conns(k) + reserve <= limit; conns grows with k
+        k = (lo + hi + 1) // 2
+        sized: Cell = dataclasses.replace(cell, **{name: k})  # type: ignore[arg-type]
+        if sized.connections + BROKER_FD_RESERVE <= limit:
+            lo = k
+        else:
+            hi = k - 1
+    return (axis, lo) if lo > 0 else None
+
+
+def _raise_files_hint(scenario: Scenario, cell: Cell, limit: int) -> str:
+    """How to make a cell fit the broker's open-files limit: a smaller size axis (always
+    possible), or a higher limit (needs CAP_SYS_RESOURCE above the hard limit)."""
+    needed = cell.connections + BROKER_FD_RESERVE
+    raise_it = f"raise the broker's open-files limit to at least {needed:,}"
+    if scenario.runtime == "native":
+        raise_it = (
+            f"raise the open-files limit to at least {needed:,} in the shell that starts "
+            f"mqbench (`ulimit -n {needed}`; above the hard limit this needs root with "
+            "CAP_SYS_RESOURCE, or LimitNOFILE= for a systemd service)"
+        )
+    fit = largest_fitting_size(cell, limit)
+    if fit is None:
+        return raise_it
+    axis, largest = fit
+    values = getattr(scenario.workload, axis, None)
+    if not isinstance(values, list):
+        return f"{raise_it}, or use at most {largest:,} {axis}"
+    fitting = sorted({int(v) for v in values if v <= largest} | {largest})
+    listed = ",".join(map(str, fitting))
+    return f"{raise_it}, or run at most {largest:,} {axis}: --set workload.{axis}=[{listed}]"
 
 
 def record_bytes(cell: Cell) -> int:

@@ -55,6 +55,17 @@ def test_more_connections_than_the_broker_may_open_names_its_open_files_limit() 
     assert "RLIMIT_NOFILE" in message
 
 
+def test_a_broker_limit_refusal_suggests_the_largest_size_that_fits_and_how_to_raise_it() -> None:
+    message = refusal(scenario(pairs=[500, 8000, 10_000]))
+    assert "`ulimit -n 20064`" in message
+    assert "run at most 9,968 pairs: --set workload.pairs=[500,8000,9968]" in message
+    fan = {"topology": "fanout", "subscribers": [100, 25_000], "rate": 1, "payload": "64B"}
+    fanout = refusal(validate_scenario({"name": "f", "targets": ["redis"], "workload": fan}, "t"))
+    assert "run at most 19,935 subscribers: --set workload.subscribers=[100,19935]" in fanout
+    fixed = scenario(pairs=[500, 8000, 9968])
+    check_fits(fixed, expand(fixed), HERE)
+
+
 def test_an_unknown_broker_limit_skips_that_check() -> None:
     s = scenario(pairs=30_000)
     check_fits(

@@ -154,3 +154,17 @@ def test_every_shipped_scenario_is_valid_and_documents_how_to_shrink_it(path: Pa
     assert expand(scenario)
     if path.name != "quickstart.yaml":
         assert "Shrink" in path.read_text()
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("paper-*.yaml")), ids=lambda p: p.name)
+def test_every_paper_scenario_says_in_one_line_what_to_change_and_that_change_fits(
+    path: Path,
+) -> None:
+    from mqbench.workload.capacity import Limits, check_fits
+
+    (line,) = [x for x in path.read_text().splitlines() if x.startswith("# Cannot run it as")]
+    settings = [item.removeprefix("--set ") for item in line.split(": ", 1)[1].split(" --set ")]
+    assert settings and all("=" in s for s in settings), line
+    scenario, _ = load_scenario(path, settings)
+    this_machine = Limits(2, 20_000, 20_000, "the RLIMIT_NOFILE it inherits", 24 * 10**9)
+    check_fits(scenario, expand(scenario), this_machine)
