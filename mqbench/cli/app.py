@@ -327,13 +327,18 @@ def _run(scenario: Any, args: RunArgs, check: CalibrationCheck, strict: bool) ->
         if not args.no_analyze and any(c.status == "completed" for c in result.cells):
             local = result.result_dir if result.published is not None else None
             where: Path | RemoteRoot = result.published or result.result_dir
-            analysis = _analyze(where, result.location, args.master, {}, args.view, local=local)
+            states = _states(result.status, result.cells)
+            analysis = _analyze(
+                where, result.location, args.master, {}, args.view, local=local, extra=states
+            )
         elif args.view.fmt != "table":
             _print_states(result.location, result.status, result.cells, args.view)
     finally:
         if result.staging is not None:
             discard_staging(result.staging)
     _print_cell_states(result.cells, target)
+    if result.status != "completed":
+        target.print(Text.assemble(("run: ", "bold"), (result.status, "bold yellow")))
     target.print(f"results: [bold]{result.location}[/]")
     failure = result.failure()
     if failure is not None:
@@ -343,13 +348,21 @@ def _run(scenario: Any, args: RunArgs, check: CalibrationCheck, strict: bool) ->
     return 0
 
 
+def _states(status: str, cells: Sequence[CellEntry]) -> dict[str, Any]:
+    """The run's status and how each cell ended (``run --format json``)."""
+    return {
+        "status": status,
+        "states": [{"cell_id": c.id, "status": c.status, "error": c.error} for c in cells],
+    }
+
+
 def _print_states(location: str, status: str, cells: Sequence[CellEntry], view: View) -> None:
     """Machine output of a run that was not analysed: how each cell ended."""
-    states = [{"cell_id": c.id, "status": c.status, "error": c.error} for c in cells]
+    states = _states(status, cells)
     if view.fmt == "json":
-        write_raw(to_json({"results": location, "status": status, "cells": [], "states": states}))
+        write_raw(to_json({"results": location, "cells": [], "faults": {}, **states}))
     else:
-        write_raw(to_csv(states))
+        write_raw(to_csv(states["states"]))
 
 
 def _print_cell_states(cells: Sequence[CellEntry], target: Console) -> None:
@@ -390,6 +403,7 @@ def _analyze(
     view: View,
     approx: bool = False,
     local: Path | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> RunAnalysis:
     """Analyse a run folder (local or on a URI) and print it: the one path for both."""
     from mqbench.cli.progress import AnalysisReporter
@@ -415,7 +429,7 @@ def _analyze(
             analysis = analyze_results(
                 where, master=master, conf=conf, approx=approx, on_progress=reporter.update
             )
-    print_analysis(analysis, location, view, notes)
+    print_analysis(analysis, location, view, notes, extra)
     return analysis
 
 

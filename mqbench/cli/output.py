@@ -31,10 +31,11 @@ PIPED_WIDTH: Final = 100
 """Width tables are laid out for when stdout is not a terminal and COLUMNS is not set.
 Lines are never cut to it: a value wider than this makes a longer line, not a ``…``."""
 
-# soft_wrap: a line longer than the terminal is left to the terminal to wrap, never cut.
-console = Console(highlight=False, soft_wrap=True)
+# On a terminal prose wraps at spaces (Rich); piped, a line stays one line (soft_wrap).
+# Tables are laid out by cli/columns.py and always printed as they are (print_lines).
+console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
 """stdout: tables and results for people (and machine output, written raw)."""
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty())
 """stderr: errors, notes, and everything for people when stdout carries JSON or CSV."""
 
 Format = Literal["table", "json", "csv"]
@@ -129,19 +130,22 @@ def print_analysis(
     location: str,
     view: View = View(),
     notes: Sequence[str] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     """The one way an analysis is shown, whichever path produced it (local, URI, run).
 
     ``table``: the results table with its footnotes, the fault table, then ``notes``.
-    ``json``: :func:`summaries_data`. ``csv``: one row per cell (summary.parquet's
-    columns). Notes go to the people's console in every format.
+    ``json``: :func:`summaries_data` plus ``extra`` (``run`` adds the run's status and how
+    each cell ended). ``csv``: one row per cell (summary.parquet's columns). Notes go to the
+    people's console in every format.
     """
     from mqbench.cli.tables import fault_view, results_view
 
     if analysis.recovered:
         people(view.fmt).print(Text.assemble(("note: ", "yellow"), analysis.recovered))
     if view.fmt == "json":
-        write_raw(to_json(summaries_data(analysis.summaries, location, analysis.faults)))
+        data = summaries_data(analysis.summaries, location, analysis.faults)
+        write_raw(to_json({**data, **(extra or {})}))
     elif view.fmt == "csv":
         write_raw(to_csv([s.flat_row() for s in analysis.summaries]))
     else:

@@ -60,7 +60,7 @@ def _parts(p: Progress) -> list[_Part]:
     where = stage(p)
     parts = [_Part(f"{where} {_clock(p, where)}".rstrip(), 0, "cyan")]
     expected = p.expected_rate or p.offered_rate
-    if where == "connecting" or p.connected < p.connections:
+    if where == "connecting" or (where != "stopping" and p.connected < p.connections):
         parts.append(_Part(f"connected {p.connected:,}/{p.connections:,}", 1))
     if where in ("warm-up", "measuring"):
         rates = f"msg/s sent {_rate(p.send_rate)} of {_rate(p.offered_rate)}, "

@@ -7,6 +7,7 @@ up/down`` run it by hand.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -66,9 +67,13 @@ def test_an_unknown_option_of_the_fake_broker_is_refused_naming_the_known_ones(
 def test_mqbench_targets_lists_the_fake_broker_with_why_docker_cannot_run_it() -> None:
     result = CliRunner().invoke(app, ["targets"], terminal_width=200)
     assert result.exit_code == 0, result.output
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines()]
-    assert ["fake", "redis", "Fake broker", "yes"] in [row[:4] for row in rows]
+    rows = [line.split() for line in result.output.splitlines()]
+    assert ["fake", "redis", "Fake", "broker", "yes", "no"] in rows
     assert "fake: no compose file for target 'fake'" in result.output
+    listed = json.loads(CliRunner().invoke(app, ["targets", "--format", "json"]).stdout)
+    (fake,) = [t for t in listed if t["target"] == "fake"]
+    assert fake["native"] is True and fake["docker"] is False
+    assert fake["docker_reason"] == "no compose file for target 'fake'"
 
 
 def test_brokers_up_and_down_run_the_fake_broker_by_hand(

@@ -144,3 +144,9 @@ def test_the_analysis_writes_fault_metrics_and_reports_every_step(tmp_path: Path
     phases = list(dict.fromkeys(p.phase for p in seen))  # heartbeats may repeat a step
     assert phases == ["planning", "scanning", "summarising", "fault metrics"]
     assert all(p.cells == 1 and p.cell == 1 and p.cell_id == "c0" for p in seen)
+
+
+def test_connections_show_while_some_are_down_but_not_while_stopping() -> None:
+    down = progress_line(PAIRS, _progress(connected=38)).plain
+    assert "connected 38/40" in down
+    assert "connected" not in progress_line(PAIRS, _progress("stopping", connected=0)).plain
