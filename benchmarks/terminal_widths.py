@@ -111,6 +111,8 @@ def in_pane(
 def _sample(session: str, live: Live) -> None:
     for line in tmux("capture-pane", "-p", "-J", "-t", session).splitlines():
         words = line.split()
+        if not words or "qos" not in words[0] or words[0].endswith(":"):
+            continue  # not "<cell id>  <stage> ..."
         stage = next((w for w in words[1:2] if w in STAGES), None)
         if stage is None:
             continue
@@ -164,31 +166,35 @@ def dry_run_ids(scenario: str, settings: list[str]) -> set[str]:
     return {c.id for c in expand(loaded)}
 
 
-def one_width(width: int, out: Path, runs: list[Path]) -> list[Check]:
-    """Every command at one width (the panes are saved as ``out/panes/<width>-<n>.txt``)."""
+def one_width(width: int, out: Path, runs: list[Path], phase: str) -> list[Check]:
+    """Every command at one width (the panes are saved as ``out/panes/<width>-<n>.txt``):
+    ``phase`` ``run`` runs the quickstart; ``rest`` the dry runs, targets and compare."""
     checks: list[Check] = []
     panes = out / "panes"
     panes.mkdir(parents=True, exist_ok=True)
 
     def check(command: str, drawn: list[str], joined: list[str], whole: set[str]) -> Check:
-        (panes / f"{width}-{len(checks)}.txt").write_text(f"$ {command}\n" + "\n".join(drawn))
+        name = f"{width}-{command.replace(' ', '_').replace('/', '_')}.txt"
+        (panes / name).write_text(f"$ {command}\n" + "\n".join(drawn) + "\n")
         return judge(width, command, drawn, joined, whole)
 
     session = f"mqbench-widths-{os.getpid()}-{width}"
-    root = out / f"w{width}"
-    argv = [MQBENCH, "run", str(ROOT / "scenarios/quickstart.yaml"), "--out", str(root), *QUICK]
-    live = Live()
-    drawn, joined = in_pane(width, argv, session, live)
-    run_dir = next((root / "quickstart").iterdir())
-    runs.append(run_dir)
-    ids, numbers = run_values(run_dir)
-    checks.append(check("run quickstart", drawn, joined, ids | numbers))
-    (panes / f"{width}-progress.txt").write_text("\n".join(live.samples))
-    progress = Check(width, "run: progress lines", len(live.samples))
-    progress.wrapped = sum(1 for line in live.samples if len(line) >= width)
-    if not {"warm-up", "measuring"} <= live.stages:
-        progress.cut.append(f"stages seen: {sorted(live.stages)}")
-    checks.append(progress)
+    if phase == "run":
+        root = out / f"w{width}"
+        argv = [MQBENCH, "run", str(ROOT / "scenarios/quickstart.yaml"), "--out", str(root)]
+        live = Live()
+        drawn, joined = in_pane(width, [*argv, *QUICK], session, live)
+        run_dir = next((root / "quickstart").iterdir())
+        runs.append(run_dir)
+        ids, numbers = run_values(run_dir)
+        checks.append(check("run quickstart", drawn, joined, ids | numbers))
+        (panes / f"{width}-progress.txt").write_text("\n".join(live.samples) + "\n")
+        progress = Check(width, "run: progress lines", len(live.samples))
+        progress.wrapped = sum(1 for line in live.samples if len(line) >= width)
+        if not {"warm-up", "measuring"} <= live.stages:
+            progress.cut.append(f"stages seen: {sorted(live.stages)}")
+        checks.append(progress)
+        return checks
     for scenario, settings in DRY_RUNS:
         argv = [MQBENCH, "run", str(ROOT / scenario), "--dry-run", "--out", str(out), *settings]
         drawn, joined = in_pane(width, argv, session)
@@ -196,10 +202,9 @@ def one_width(width: int, out: Path, runs: list[Path]) -> list[Check]:
         checks.append(check(name, drawn, joined, dry_run_ids(scenario, settings)))
     drawn, joined = in_pane(width, [MQBENCH, "targets"], session)
     checks.append(check("targets", drawn, joined, {"tbmq-style", "rabbitmq-mqtt"}))
-    if len(runs) >= 2:
-        argv = [MQBENCH, "compare", str(runs[0]), str(runs[-1]), "--allow-invalid"]
-        drawn, joined = in_pane(width, [*argv, "--allow-generator-bound"], session)
-        checks.append(check("compare", drawn, joined, ids))
+    argv = [MQBENCH, "compare", str(runs[0]), str(runs[-1]), "--allow-invalid"]
+    drawn, joined = in_pane(width, [*argv, "--allow-generator-bound"], session)
+    checks.append(check("compare", drawn, joined, run_values(runs[-1])[0]))
     return checks
 
 
@@ -217,8 +222,9 @@ def main() -> int:
     runs: list[Path] = []
     checks: list[Check] = []
     try:
-        for width in widths:
-            checks.extend(one_width(width, out, runs))
+        for phase in ("run", "rest"):
+            for width in widths:
+                checks.extend(one_width(width, out, runs, phase))
     finally:
         subprocess.run(["tmux", "-L", SOCKET, "kill-server"], timeout=30, check=False)
         if args.keep is None:
