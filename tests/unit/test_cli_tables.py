@@ -206,3 +206,54 @@ def test_a_local_and_a_remote_analysis_print_the_same_table_and_notes(
     assert "¶1 c1: deliveries were still arriving" in local
     assert far.startswith(local)  # the same table and footnotes, plus the URI's note
     assert "summary.parquet existed: not overwritten" in far
+
+
+def _fake_run(tmp_path: Path, saturated: bool) -> object:
+    from mqbench.records.cell_entry import CellEntry, GeneratorVerdict
+    from mqbench.workload.run import RunResult
+
+    verdict = GeneratorVerdict(saturated=saturated, reasons=("late",) if saturated else ())
+    cell = CellEntry(id="nats-1KiB-2pairs-10hz-qos0", status="completed", generator=verdict)
+    return RunResult(tmp_path / "run", "completed", [cell])
+
+
+@pytest.mark.parametrize(("saturated", "code"), [(True, 4), (False, 0)])
+def test_run_strict_exits_4_when_a_cell_is_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, saturated: bool, code: int
+) -> None:
+    from typer.testing import CliRunner
+
+    from mqbench.cli.app import app
+    from mqbench.workload import run
+
+    monkeypatch.setattr(run, "run_scenario", lambda *a, **k: _fake_run(tmp_path, saturated))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ntargets: [nats]\nworkload: {pairs: 2}\n")
+    args = ["run", str(scenario), "--no-analyze", "--out", str(tmp_path)]
+    assert CliRunner().invoke(app, args).exit_code == 0  # without --strict: the results count
+    result = CliRunner().invoke(app, [*args, "--strict"])
+    assert result.exit_code == code, result.output
+    if saturated:
+        assert "--strict: cell 'nats-1KiB-2pairs-10hz-qos0' is invalid" in result.output
+
+
+def test_run_format_json_keeps_stdout_for_the_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from mqbench.cli.app import app
+    from mqbench.workload import run
+
+    monkeypatch.setattr(run, "run_scenario", lambda *a, **k: _fake_run(tmp_path, False))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ntargets: [nats]\nworkload: {pairs: 2}\n")
+    args = ["run", str(scenario), "--no-analyze", "--format", "json", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "completed"
+    assert data["states"] == [
+        {"cell_id": "nats-1KiB-2pairs-10hz-qos0", "status": "completed", "error": None}
+    ]
+    assert "results: " in result.stderr
