@@ -32,6 +32,7 @@ from mqbench.analysis.compare_settings import (
 )
 from mqbench.analysis.repeats import MeanCI, RepeatAggregate, aggregate_repeats, t_quantile
 from mqbench.errors import AnalysisError, UsageError
+from mqbench.records.run_manifest import RunManifest
 from mqbench.scenario import gate
 from mqbench.scenario.gate import (
     COMPARE_METRICS,
@@ -477,8 +478,8 @@ def compare_runs(
 
 def _thresholds(
     given: dict[str, Threshold] | str | None,
-    current: dict[str, Any],
-    baseline: dict[str, Any],
+    current: RunManifest,
+    baseline: RunManifest,
 ) -> tuple[dict[str, Threshold], str, gate.Gate | None]:
     """The thresholds to judge by, where they came from, and the scenario's gate (if any)."""
     scenario_gate = scenario_gate_of(current) or scenario_gate_of(baseline)
@@ -491,11 +492,10 @@ def _thresholds(
     return parse_thresholds(DEFAULT_THRESHOLDS), "default", None
 
 
-def scenario_gate_of(manifest: dict[str, Any]) -> gate.Gate | None:
+def scenario_gate_of(manifest: RunManifest) -> gate.Gate | None:
     """The ``gate:`` of the scenario a run was made from (None when it has none; an
     unreadable one is an AnalysisError naming the key)."""
-    scenario = manifest.get("scenario")
-    data = scenario.get("gate") if isinstance(scenario, dict) else None
+    data = manifest.scenario.get("gate")
     if data is None:
         return None
     try:

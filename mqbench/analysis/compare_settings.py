@@ -19,6 +19,8 @@ from mqbench.analysis.repeats import base_id
 
 if TYPE_CHECKING:
     from mqbench.analysis.run_summaries import LoadedRun
+    from mqbench.records.cell_entry import CellEntry
+    from mqbench.records.run_manifest import RunManifest
 
 Settings = dict[str, dict[str, Any]]
 """Flat settings (dotted keys) by base cell id."""
@@ -79,22 +81,18 @@ def cell_settings(params: Mapping[str, Any]) -> dict[str, Any]:
     return flatten({k: v for k, v in params.items() if k not in CELL_IGNORED})
 
 
-def _scenario_settings(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    scenario = manifest.get("scenario")
-    if not isinstance(scenario, Mapping):
-        return {}
+def _scenario_settings(manifest: RunManifest) -> dict[str, Any]:
+    scenario = manifest.scenario
     flat = flatten({k: scenario.get(k) for k in SCENARIO_SECTIONS if k in scenario})
     everything = flatten(scenario)
     flat.update({k: everything[k] for k in SCENARIO_KEYS if k in everything})
-    host = manifest.get("host")
-    if isinstance(host, Mapping):
-        flat.update({f"host.{k}": host[k] for k in HOST_KEYS if k in host})
+    flat.update({f"host.{k}": manifest.host[k] for k in HOST_KEYS if k in manifest.host})
     return flat
 
 
-def _broker_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
-    broker = entry.get("broker")
-    if not isinstance(broker, Mapping):
+def _broker_settings(entry: CellEntry) -> dict[str, Any]:
+    broker = entry.broker
+    if broker is None:
         return {}
     flat = flatten({k: broker[k] for k in BROKER_KEYS if k in broker}, "broker.")
     return {k: v for k, v in flat.items() if not VOLATILE.search(k.lower())}
@@ -105,10 +103,8 @@ def run_settings(run: LoadedRun) -> Settings:
     shared = _scenario_settings(run.manifest)
     out: Settings = {}
     for cell_id, entry in run.cells.items():
-        params = entry.get("params")
-        params = params if isinstance(params, Mapping) else {}
-        repeat = entry.get("repeat", params.get("repeat", 0))
-        bid = base_id(cell_id, int(repeat or 0))
+        params = entry.params
+        bid = base_id(cell_id, entry.repeat)
         if bid in out:
             continue
         out[bid] = {**shared, **cell_settings(params), **_broker_settings(entry)}
