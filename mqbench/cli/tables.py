@@ -6,7 +6,8 @@ The reason for a mark is a numbered footnote under the table (``‡1`` in the ro
 <cell>: <reason>`` below), never a sentence in the row. ``--wide`` shows every column.
 The marks are the report's (``mqbench.report.marks``: † ‡ § ¶), so a mark means the same
 in the terminal and in a paper table; the CLI adds ``±`` (a clock-error bound across load
-tasks), ``≈`` (approximate percentiles) and ``!`` (a cell that was interrupted).
+tasks), ``≈`` (approximate percentiles) and ``!`` (a cell that was interrupted, in a
+summary from before interruptions were an invalid reason of their own).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def mark_reasons(s: CellSummary) -> list[tuple[str, str]]:
         out.append(
             (APPROXIMATE, f"approximate percentiles (relative error < {s.approx_rel_error:.2%})")
         )
-    if s.status == "interrupted":
+    said = any(r.kind is InvalidKind.INTERRUPTED for r in s.invalid_reasons)
+    if s.status == "interrupted" and not said:  # summaries older than the interrupted kind
         out.append((INTERRUPTED, "interrupted: the measured window was cut short"))
     return out
 

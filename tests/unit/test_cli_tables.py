@@ -257,3 +257,15 @@ def test_run_format_json_keeps_stdout_for_the_data(
         {"cell_id": "nats-1KiB-2pairs-10hz-qos0", "status": "completed", "error": None}
     ]
     assert "results: " in result.stderr
+
+
+def test_an_interrupted_cell_is_marked_once() -> None:
+    reason = InvalidReason(InvalidKind.INTERRUPTED, "stopped by SIGTERM 3.2 s into the window")
+    now = dataclasses.replace(
+        base(), cell_id="c1", status="interrupted", valid=False, invalid_reasons=[reason]
+    )
+    older = dataclasses.replace(base(), cell_id="c2", status="interrupted")
+    lines = plain([now, older], 200)
+    assert next(line for line in lines if line.startswith("c1 ")).endswith("§1")
+    assert next(line for line in lines if line.startswith("c2 ")).endswith("!2")
+    assert "§1 c1: invalid (interrupted): stopped by SIGTERM 3.2 s into the window" in lines
