@@ -195,11 +195,12 @@ def build_images(
     def go() -> None:
         results = build_local_images(list(targets or []), lambda line: console.print(line))
         table = Table(show_edge=False)
-        for column in ("image", "action", "seconds", "MB", "software"):
+        for column in ("image", "action", "seconds", "MB", "main software"):
             table.add_column(column)
         for r in results:
-            software = ", ".join(f"{s.name} {s.version}" for s in r.software)
-            table.add_row(r.ref, r.action, f"{r.seconds:.1f}", f"{r.size / 1e6:.0f}", software)
+            main = f"{r.software[0].name} {r.software[0].version}" if r.software else "-"
+            table.add_row(r.ref, r.action, f"{r.seconds:.1f}", f"{r.size / 1e6:.0f}", main)
         console.print(table)
+        console.print("every piece of software inside: the image's org.mqbench.software label")
 
     guarded(go)

@@ -85,6 +85,15 @@ class StagedFile:
 
 
 @dataclass(frozen=True)
+class GeneratedFile:
+    """A file made for the build context (a config, a requirements list)."""
+
+    arcname: str
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
 class Resolved:
     """A recipe's inputs as found on this machine."""
 
@@ -93,6 +102,7 @@ class Resolved:
     software: tuple[Software, ...]
     build_args: dict[str, str] = field(default_factory=dict)
     files: tuple[StagedFile, ...] = ()
+    generated: tuple[GeneratedFile, ...] = ()
 
 
 class MissingInput(Exception):
@@ -144,11 +154,79 @@ class HostFacts:
         """Stdout of a short command ('' when it fails)."""
         return _run(argv)
 
+    def wheels(self, requirements: list[str], python: str) -> list[Path]:
+        """Wheels of ``requirements`` and their dependencies for Python ``python`` (the
+        image's; dependency markers are judged for it), every distribution pinned to its
+        version in mqbench's environment, fetched by this machine's pip (its index and
+        cache) into the image cache."""
+        import hashlib
+        import sys
+
+        frozen = sorted(
+            f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+        )
+        extra = _marker_only_requirements(requirements, python)
+        wanted = [*requirements, *extra]
+        key = hashlib.sha256("\n".join([python, *wanted, *frozen]).encode()).hexdigest()[:12]
+        folder = cache_dir() / f"wheels-{key}"
+        done = folder / "complete"
+        if not done.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            constraints = folder / "constraints.txt"
+            constraints.write_text(
+                "".join(f"{f}\n" for f in frozen if not f.lower().startswith("mqbench=")),
+                encoding="utf-8",
+            )
+            argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:"]
+            argv += ["--python-version", python]
+            argv += ["-d", str(folder), "-c", str(constraints), *wanted]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+            if proc.returncode != 0:
+                tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
+                raise MissingInput(f"pip download {' '.join(requirements)} failed: {tail}")
+            done.write_text("\n".join(requirements), encoding="utf-8")
+        return sorted(folder.glob("*.whl"))
+
     def file(self, path: Path, hint: str) -> Path:
         """``path`` when it exists, else ``MissingInput`` with ``hint``."""
         if not path.exists():
             raise MissingInput(f"{path} is missing ({hint})")
         return path
+
+
+def _marker_only_requirements(requirements: list[str], python: str) -> list[str]:
+    """Dependencies the image's Python needs that this one does not (markers such as
+    ``python_full_version < "3.11.3"``, which ``pip download`` judges for the running
+    interpreter only): walked from ``requirements`` through the installed distributions."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    env = {"python_full_version": python, "python_version": ".".join(python.split(".")[:2])}
+    queue = [canonicalize_name(Requirement(r).name) for r in requirements]
+    seen: set[str] = set()
+    extra: list[str] = []
+    while queue:
+        name = queue.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for raw in requires:
+            req = Requirement(raw)
+            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+                continue
+            dep = canonicalize_name(req.name)
+            try:
+                importlib.metadata.distribution(dep)
+            except importlib.metadata.PackageNotFoundError:
+                req.marker = None
+                extra.append(str(req))
+                continue
+            queue.append(dep)
+    return sorted(set(extra))
 
 
 def _run(argv: list[str]) -> str:
@@ -262,15 +340,63 @@ def _toxiproxy(host: HostFacts) -> Resolved:
 
 def _python(host: HostFacts) -> Resolved:
     python = host.debian_version("python3")
+    venv = host.debian_version("python3-venv")
     pins = {p: host.python_version(p) for p in PYTHON_PACKAGES}
-    requirements = "".join(f"{p}=={v}\n" for p, v in sorted(pins.items()))
+    requirements = [f"{p}=={v}" for p, v in sorted(pins.items())]
+    wheels = host.wheels(requirements, python.split("-")[0])
     return Resolved(
         version=python.split("-")[0],
         software=(
             Software("python3", python, f"Debian {DEBIAN_SUITE} package python3"),
             *(Software(p, v, f"PyPI package {p}") for p, v in sorted(pins.items())),
         ),
-        build_args={"PYTHON3_VERSION": python, "REQUIREMENTS": requirements},
+        build_args={"PYTHON3_VERSION": python, "PYTHON3_VENV_VERSION": venv},
+        files=tuple(StagedFile(f"wheels/{w.name}", w) for w in wheels),
+        generated=(GeneratedFile("requirements.txt", "\n".join(requirements).encode() + b"\n"),),
+    )
+
+
+def repository_root() -> Path:
+    """This checkout (the folder holding ``pyproject.toml`` and ``mqbench/``)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def _mqbench(host: HostFacts) -> Resolved:
+    root = repository_root()
+    files = [StagedFile("src/pyproject.toml", root / "pyproject.toml")]
+    for path in sorted((root / "mqbench").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files.append(StagedFile(f"src/{path.relative_to(root).as_posix()}", path))
+    version = host.python_version("mqbench")
+    return Resolved(
+        version=version,
+        software=(Software("mqbench", version, "this checkout (mqbench/)"),),
+        files=tuple(files),
+    )
+
+
+def _zenoh(host: HostFacts) -> Resolved:
+    version = host.python_version("eclipse-zenoh")
+    busybox = host.file(Path("/bin/busybox"), "apt-get install busybox-static")
+    return Resolved(
+        files=(StagedFile("busybox", busybox, 0o755),),
+        version=version,
+        software=(
+            Software(
+                "zenoh router",
+                version,
+                "router mode of the PyPI package eclipse-zenoh "
+                "(mqbench/brokers/services/zenoh_router.py)",
+            ),
+        ),
+    )
+
+
+def _tbmq_style(host: HostFacts) -> Resolved:
+    version = host.python_version("mqbench")
+    return Resolved(
+        version=version,
+        software=(Software("mqbench broker serve", version, "this checkout (mqbench/)"),),
     )
 
 
@@ -283,6 +409,31 @@ RECIPE_LIST: tuple[ImageRecipe, ...] = (
         _debian("mosquitto", "mosquitto-clients"),
         ("eclipse-mosquitto",),
         "Eclipse Mosquitto (Debian)",
+    ),
+    ImageRecipe(
+        "redis",
+        "debian",
+        _debian("redis-server", "redis-tools"),
+        ("redis",),
+        "Redis (Debian)",
+    ),
+    ImageRecipe("python", "debian", _python, description="Python + venv", intermediate=True),
+    ImageRecipe(
+        "mqbench", "python", _mqbench, description="this checkout's mqbench", intermediate=True
+    ),
+    ImageRecipe(
+        "zenoh",
+        "mqbench",
+        _zenoh,
+        ("eclipse/zenoh",),
+        "Zenoh router (eclipse-zenoh router mode)",
+    ),
+    ImageRecipe(
+        "tbmq-style",
+        "mqbench",
+        _tbmq_style,
+        ("mqbench/tbmq-style",),
+        "mqbench's built-in TBMQ-style broker",
     ),
     ImageRecipe("static", None, _static, description="busybox FROM scratch", intermediate=True),
     ImageRecipe(

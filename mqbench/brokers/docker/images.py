@@ -24,7 +24,7 @@ import os
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -293,6 +293,10 @@ def context_tar(recipe: ImageRecipe, resolved: Resolved) -> bytes:
             raise BrokerError(f"{folder / 'Dockerfile'} is missing")
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             tar.add(path, arcname=str(path.relative_to(folder)), filter=_normalise)
+        for made in resolved.generated:
+            info = _normalise(tarfile.TarInfo(made.arcname))
+            info.size, info.mode = len(made.data), made.mode
+            tar.addfile(info, io.BytesIO(made.data))
         for staged in resolved.files:
             info = tar.gettarinfo(str(staged.source.resolve()), arcname=staged.arcname)
             info.mode = staged.mode
@@ -392,7 +396,7 @@ class ImageBuilder:
         build_args = dict(resolved.build_args)
         if parent is not None:
             build_args["BASE"] = parent.ref
-        resolved = Resolved(resolved.version, resolved.software, build_args, resolved.files)
+        resolved = replace(resolved, build_args=build_args)
         context = context_tar(recipe, resolved)
         digest = recipe_hash(context, resolved, parent.image_id if parent else "")
         tag = local_tag(recipe, resolved)
