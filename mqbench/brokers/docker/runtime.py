@@ -60,7 +60,13 @@ from mqbench.brokers.docker.engine import (
 )
 from mqbench.brokers.docker.fault_proxy import BrokerSite, ContainerToxiproxy, start_toxiproxy
 from mqbench.brokers.docker.image_engine import SdkEngine
-from mqbench.brokers.docker.images import ImageEngine, ImageSelector, choose_images, image_policy
+from mqbench.brokers.docker.images import (
+    ImageEngine,
+    ImageSelector,
+    choose_images,
+    image_policy,
+    image_problem,
+)
 from mqbench.brokers.docker.project import ComposeProject, failed_services
 from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
@@ -290,7 +296,19 @@ class DockerRuntime:
         problem = self.engine_problem()
         if problem is not None:
             return Availability(False, problem)
-        return Availability(True)
+        document = load_compose(path, {**self.cli.env})
+        buildable = frozenset(
+            name
+            for name, spec in document["services"].items()
+            if isinstance(spec, Mapping) and "build" in spec
+        )
+        try:
+            missing = image_problem(
+                service_images(document), self._image_engine(self._sdk()), buildable
+            )
+        except BrokerError as exc:
+            return Availability(False, str(exc))
+        return Availability(missing is None, missing or "")
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
         """Only the docker runtime's own options (``known_options``); a resources profile
