@@ -16,58 +16,70 @@ import os
 import resource
 import secrets
 import subprocess
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from docker_support import TEST_LABEL, docker_engine, docker_images  # noqa: F401
 
+from mqbench.brokers.definitions.zenoh import zenoh_ready
 from mqbench.brokers.docker.compose import compose_dir, load_compose, service_images
 from mqbench.brokers.docker.image_engine import SdkEngine
 from mqbench.brokers.docker.images import ImageSelector, choose_images, image_variable
 from mqbench.brokers.runtime.net import free_port
-from mqbench.brokers.runtime.probes import nats_probe
+from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe, nats_probe, redis_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 UP_TIMEOUT_S = 120
-NATS_COMMAND = ["-a", "0.0.0.0", "-p", "4222", "-m", "8222"]
+NATS_COMMAND = {"nats": ["-a", "0.0.0.0", "-p", "4222", "-m", "8222"]}
 """compose/nats.yaml's command without ``--max_pending`` (see the module docstring)."""
 
 
 class ComposeRun:
-    """One compose project of a compose/ file with a chosen image; ``down`` at the end."""
+    """One compose project of a compose/ file with chosen images; ``down`` at the end."""
 
     def __init__(
-        self, file: str, service: str, image: str, tmp: Path, command: list[str] | None = None
+        self,
+        file: str,
+        images: dict[str, str],
+        tmp: Path,
+        commands: dict[str, list[str]] | None = None,
+        port_vars: tuple[str, ...] = ("MQBENCH_PORT",),
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.project = f"mqbench-test-images-{secrets.token_hex(3)}"
-        self.port = free_port("127.0.0.1")
-        self.files = [str(compose_dir() / file), str(self._override(service, tmp, command))]
+        self.ports = {var: free_port("127.0.0.1") for var in port_vars}
+        self.port = self.ports[port_vars[0]]
+        override = self._override(load_compose(compose_dir() / file), tmp, commands or {})
+        self.files = [str(compose_dir() / file), str(override)]
         self.env = {
-            "MQBENCH_PORT": str(self.port),
+            **{var: str(port) for var, port in self.ports.items()},
             "MQBENCH_CPUS": "1",
-            "MQBENCH_MEM": "512m",
-            image_variable(service): image,
+            "MQBENCH_MEM": "1024m",
+            "MQBENCH_JVM_OPTS": "-Xms256m -Xmx512m",
+            **{image_variable(service): image for service, image in images.items()},
+            **(extra_env or {}),
         }
 
-    @staticmethod
-    def _override(service: str, tmp: Path, command: list[str] | None) -> Path:
+    def _override(
+        self, document: dict[str, Any], tmp: Path, commands: dict[str, list[str]]
+    ) -> Path:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         limit = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
-        document = {
-            "services": {
-                service: {
-                    "ulimits": {"nofile": {"soft": limit, "hard": limit}},
-                    "labels": {TEST_LABEL: "test_docker_local_images"},
-                }
+        services: dict[str, Any] = {}
+        for service in document["services"]:
+            services[service] = {
+                "ulimits": {"nofile": {"soft": limit, "hard": limit}},
+                "labels": {TEST_LABEL: "test_docker_local_images"},
             }
-        }
-        if command is not None:
-            document["services"][service]["command"] = command
-        path = tmp / f"override-{service}.yaml"
-        path.write_text(yaml.safe_dump(document), encoding="utf-8")
+            if service in commands:
+                services[service]["command"] = commands[service]
+        path = tmp / f"override-{self.project}.yaml"
+        path.write_text(yaml.safe_dump({"services": services}), encoding="utf-8")
         return path
 
     def compose(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -109,7 +121,7 @@ def built(docker_images):  # type: ignore[no-untyped-def]  # noqa: F811
 def mosquitto_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeRun]:  # type: ignore[no-untyped-def]
     """compose/mosquitto.yaml running the local mosquitto image."""
     run = ComposeRun(
-        "mosquitto.yaml", "mosquitto", built["mosquitto"].ref, tmp_path_factory.mktemp("mosq")
+        "mosquitto.yaml", {"mosquitto": built["mosquitto"].ref}, tmp_path_factory.mktemp("mosq")
     )
     run.up()
     yield run
@@ -120,7 +132,7 @@ def mosquitto_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 def nats_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeRun]:  # type: ignore[no-untyped-def]
     """compose/nats.yaml running the local nats image."""
     run = ComposeRun(
-        "nats.yaml", "nats", built["nats"].ref, tmp_path_factory.mktemp("nats"), NATS_COMMAND
+        "nats.yaml", {"nats": built["nats"].ref}, tmp_path_factory.mktemp("nats"), NATS_COMMAND
     )
     run.up()
     yield run
@@ -234,10 +246,102 @@ def test_down_leaves_no_container_or_network_of_the_project(
     built,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
-    run = ComposeRun("nats.yaml", "nats", built["nats"].ref, tmp_path, NATS_COMMAND)
+    run = ComposeRun("nats.yaml", {"nats": built["nats"].ref}, tmp_path, NATS_COMMAND)
     run.up()
     label = {"label": f"com.docker.compose.project={run.project}"}
     assert len(docker_engine.client.containers.list(all=True, filters=label)) == 1
     run.down()
     assert docker_engine.client.containers.list(all=True, filters=label) == []
     assert docker_engine.client.networks.list(filters=label) == []
+
+
+Probe = Callable[[ComposeRun], bool]
+
+
+def _http_ok(run: ComposeRun) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{run.port}/version", timeout=5) as answer:
+        return bool(answer.status == 200)
+
+
+OTHER_IMAGES: dict[str, tuple[str, dict[str, str], tuple[str, ...], Probe]] = {
+    "redis": (
+        "redis.yaml",
+        {"redis": "redis"},
+        ("MQBENCH_PORT",),
+        lambda r: redis_probe("127.0.0.1", r.port, 5.0),
+    ),
+    "zenoh": (
+        "zenoh.yaml",
+        {"zenoh": "zenoh"},
+        ("MQBENCH_PORT",),
+        lambda r: zenoh_ready("127.0.0.1", r.port, 10.0, "tcp", []),
+    ),
+    "tbmq-style": (
+        "tbmq-style.yaml",
+        {"redis": "redis", "broker": "tbmq-style"},
+        ("MQBENCH_PORT",),
+        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
+    ),
+    "rabbitmq": (
+        "rabbitmq.yaml",
+        {"rabbitmq": "rabbitmq"},
+        ("MQBENCH_MQTT_PORT", "MQBENCH_AMQP_PORT"),
+        lambda r: (
+            mqtt_probe("127.0.0.1", r.ports["MQBENCH_MQTT_PORT"], 5.0)
+            and amqp_probe("127.0.0.1", r.ports["MQBENCH_AMQP_PORT"], 5.0)
+        ),
+    ),
+    "hivemq": (
+        "hivemq.yaml",
+        {"hivemq": "hivemq"},
+        ("MQBENCH_PORT",),
+        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
+    ),
+    "artemis": (
+        "artemis.yaml",
+        {"artemis": "artemis"},
+        ("MQBENCH_PORT",),
+        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
+    ),
+    "activemq": (
+        "activemq.yaml",
+        {"activemq": "activemq"},
+        ("MQBENCH_PORT",),
+        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
+    ),
+    "toxiproxy": ("toxiproxy.yaml", {"toxiproxy": "toxiproxy"}, ("MQBENCH_PORT",), _http_ok),
+}
+"""Image -> (compose file, service -> local image, port variables, probe from the host)."""
+
+
+@pytest.fixture(scope="module")
+def every_image(docker_images):  # type: ignore[no-untyped-def]  # noqa: F811
+    """Every local image (built once, cached by recipe hash)."""
+    return docker_images(*OTHER_IMAGES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", sorted(OTHER_IMAGES))
+def test_each_local_image_passes_its_compose_healthcheck_and_serves_clients(
+    target: str,
+    every_image,  # type: ignore[no-untyped-def]
+    docker_engine: SdkEngine,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    file, services, port_vars, probe = OTHER_IMAGES[target]
+    images = {service: every_image[name].ref for service, name in services.items()}
+    proxy = free_port("127.0.0.1")
+    run = ComposeRun(
+        file,
+        images,
+        tmp_path,
+        port_vars=port_vars,
+        extra_env={"MQBENCH_PROXY_PORTS": f"{proxy}-{proxy}"},
+    )
+    run.up()
+    try:
+        assert probe(run), f"{target}: the healthy container does not serve clients"
+    finally:
+        run.down()
+    label = {"label": f"com.docker.compose.project={run.project}"}
+    assert docker_engine.client.containers.list(all=True, filters=label) == []
