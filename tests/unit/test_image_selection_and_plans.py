@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from mqbench.brokers.docker import image_recipes
 from mqbench.brokers.docker.compose import compose_dir, load_compose, service_images
+from mqbench.brokers.docker.image_native import NativeImage, _run_script
 from mqbench.brokers.docker.image_recipes import RECIPES, HostFacts, MissingInput, parse_apt_policy
 from mqbench.brokers.docker.images import (
     LABEL_HASH,
@@ -335,3 +336,14 @@ def test_a_debian_epoch_is_dropped_from_the_tag_but_kept_in_the_labels(tmp_path:
     tag, _, labels = next(b for b in engine.builds if b[0].startswith("mqbench-local/static"))
     assert tag == "mqbench-local/static:1.35.0-4_deb12u1_b1"
     assert labels["org.opencontainers.image.version"] == "1:1.35.0-4+deb12u1+b1"
+
+
+def test_a_java_image_entrypoint_puts_the_compose_jvm_options_after_the_specs_own() -> None:
+    image = NativeImage("hivemq", PurePosixPath("/opt/hivemq"), "JAVA_OPTS")
+    argv = ["/usr/bin/java", "-Xms1g", "-Xmx1g", "-Dx=a b", "-cp", "/opt/mqbench/dist/lib/*", "L"]
+    script = _run_script(image, argv)
+    last = script.strip().splitlines()[-1]
+    assert last == (
+        "exec /usr/bin/java -Xms1g -Xmx1g '-Dx=a b' $JAVA_OPTS -cp '/opt/mqbench/dist/lib/*' L"
+    )
+    assert script.startswith("#!/bin/sh\n")

@@ -18,7 +18,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mqbench.brokers.docker.image_recipes import DEBIAN_SUITE, HostFacts, cache_dir
+from mqbench.brokers.docker.image_recipes import (
+    DEBIAN_SUITE,
+    HostFacts,
+    cache_dir,
+    local_repository,
+)
 from mqbench.brokers.docker.images import (
     LABEL_RECIPE,
     BuildResult,
@@ -123,9 +128,16 @@ class SdkEngine:
     def local_images(self, recipe: str) -> list[ImageFacts]:
         """Images labelled ``org.mqbench.recipe=<recipe>``, newest first."""
         found = self.client.images.list(filters={"label": f"{LABEL_RECIPE}={recipe}"})
-        rows = [(str(i.attrs.get("Created", "")), i) for i in found if i.tags]
+        prefix = f"{local_repository()}/"
+        rows = [
+            (str(i.attrs.get("Created", "")), i)
+            for i in found
+            if any(t.startswith(prefix) for t in i.tags)
+        ]
         rows.sort(key=lambda row: row[0], reverse=True)
-        return [_facts(sorted(i.tags)[-1], i.attrs) for _, i in rows]
+        return [
+            _facts(sorted(t for t in i.tags if t.startswith(prefix))[-1], i.attrs) for _, i in rows
+        ]
 
     def build(
         self, context: bytes, tag: str, build_args: Mapping[str, str], labels: Mapping[str, str]

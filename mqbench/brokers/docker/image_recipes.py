@@ -35,6 +35,15 @@ from pathlib import Path
 
 LOCAL_REPOSITORY = "mqbench-local"
 """Repository prefix of every locally built image (``mqbench-local/mosquitto:2.0.11``)."""
+REPOSITORY_ENV = "MQBENCH_IMAGE_REPOSITORY"
+"""Another prefix (e.g. to build a second, separate set on a shared engine)."""
+
+
+def local_repository() -> str:
+    """``$MQBENCH_IMAGE_REPOSITORY`` or ``mqbench-local``."""
+    return os.environ.get(REPOSITORY_ENV, "").strip().rstrip("/") or LOCAL_REPOSITORY
+
+
 DEBIAN_SUITE = "bookworm"
 
 PYTHON_PACKAGES = (
@@ -282,7 +291,7 @@ class ImageRecipe:
     @property
     def repository(self) -> str:
         """``mqbench-local/<name>``."""
-        return f"{LOCAL_REPOSITORY}/{self.name}"
+        return f"{local_repository()}/{self.name}"
 
     def context(self) -> Path:
         """The recipe's build context folder in the repository."""
