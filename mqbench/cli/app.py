@@ -514,7 +514,7 @@ def targets(fmt: FormatOption = "table") -> None:
                     **{
                         f"{name}_reason": row.runtimes[name].reason
                         for name in LISTED_RUNTIMES
-                        if not row.runtimes[name].available
+                        if row.runtimes[name].reason
                     },
                 }
                 for row in rows
@@ -530,6 +530,7 @@ def _print_targets(rows: Sequence[TargetAvailability], runtimes: Sequence[str]) 
     columns = [Column("target", "left"), Column("protocol", "left"), Column("broker", "left")]
     columns += [Column(name, "left") for name in runtimes]
     reasons: dict[str, list[tuple[str, str]]] = {name: [] for name in runtimes}
+    notes: list[str] = []
     cells: list[list[str | Text]] = []
     for row in rows:
         marks: list[str | Text] = []
@@ -537,6 +538,8 @@ def _print_targets(rows: Sequence[TargetAvailability], runtimes: Sequence[str]) 
             availability = row.runtimes[name]
             if availability.available:
                 marks.append(Text("yes", style="green"))
+                if availability.reason:  # e.g. docker: an image that is not here yet
+                    notes.append(f"  {row.target.name} ({name}): {availability.reason}")
             else:
                 marks.append(Text("no", style="dim"))
                 reasons[name].append((row.target.name, availability.reason or "not available"))
@@ -553,6 +556,10 @@ def _print_targets(rows: Sequence[TargetAvailability], runtimes: Sequence[str]) 
             console.print(f"{runtime_name}, why not:")
             for name, text in lines:
                 console.print(f"  {name}: {text}")
+    if notes:
+        console.print("notes:")
+        for line in notes:
+            console.print(line, markup=False)
     console.print("external: any target, with broker.port (and broker.pid to sample) set")
 
 

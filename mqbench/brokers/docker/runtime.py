@@ -280,6 +280,8 @@ class DockerRuntime:
 
     def availability(self, target: str) -> Availability:
         """Available when the target has a compose file and the engine works; else why not.
+        Images that are not here do not make a target unavailable (``start`` pulls them, or
+        runs a local stand-in), but the reason then names them and how to get each.
 
         An unknown target raises ``ScenarioError``.
         """
@@ -308,7 +310,7 @@ class DockerRuntime:
             )
         except BrokerError as exc:
             return Availability(False, str(exc))
-        return Availability(missing is None, missing or "")
+        return Availability(True, missing or "")
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
         """Only the docker runtime's own options (``known_options``); a resources profile
