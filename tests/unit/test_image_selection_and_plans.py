@@ -12,7 +12,13 @@ import pytest
 from mqbench.brokers.docker import image_recipes
 from mqbench.brokers.docker.compose import compose_dir, load_compose, service_images
 from mqbench.brokers.docker.image_native import NativeImage, _run_script
-from mqbench.brokers.docker.image_recipes import RECIPES, HostFacts, MissingInput, parse_apt_policy
+from mqbench.brokers.docker.image_recipes import (
+    RECIPES,
+    HostFacts,
+    MissingInput,
+    parse_apt_policy,
+    split_apt_policy,
+)
 from mqbench.brokers.docker.images import (
     LABEL_HASH,
     LABEL_SOFTWARE,
@@ -70,6 +76,7 @@ class FakeHost(HostFacts):
     """Versions and files as a test sets them."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__()
         self.debs = {
             "mosquitto": "2.0.11-1.2+deb12u2",
             "mosquitto-clients": "2.0.11-1.2+deb12u2",
@@ -80,6 +87,9 @@ class FakeHost(HostFacts):
             path = tmp / name
             path.write_bytes(b"\x7fELF " + name.encode())
             self.binaries[name] = path
+
+    def prefetch_debian(self, packages: list[str]) -> None:
+        return None
 
     def debian_version(self, package: str) -> str:
         if package not in self.debs:
@@ -347,3 +357,10 @@ def test_a_java_image_entrypoint_puts_the_compose_jvm_options_after_the_specs_ow
         "exec /usr/bin/java -Xms1g -Xmx1g '-Dx=a b' $JAVA_OPTS -cp '/opt/mqbench/dist/lib/*' L"
     )
     assert script.startswith("#!/bin/sh\n")
+
+
+def test_one_apt_policy_call_serves_every_package() -> None:
+    two = APT_POLICY + "mosquitto:\n  Installed: 2.0.11\n  Candidate: 2.0.11\n"
+    sections = split_apt_policy(two)
+    assert set(sections) == {"openjdk-17-jre-headless", "mosquitto"}
+    assert parse_apt_policy(sections["mosquitto"])[:2] == ("2.0.11", "2.0.11")

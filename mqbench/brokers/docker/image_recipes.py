@@ -124,10 +124,21 @@ class MissingInput(Exception):
 class HostFacts:
     """Looks up versions and files on this machine (replaced by a fake in unit tests)."""
 
+    def __init__(self) -> None:
+        """Start with no cached ``apt-cache policy`` output."""
+        self._policies: dict[str, str] = {}
+
+    def prefetch_debian(self, packages: list[str]) -> None:
+        """One ``apt-cache policy`` call for all ``packages`` (each call costs seconds)."""
+        wanted = sorted(set(packages) - set(self._policies))
+        if wanted:
+            self._policies.update(split_apt_policy(_run(["apt-cache", "policy", *wanted])))
+
     def debian_version(self, package: str) -> str:
         """The version of a Debian package installed here while the archive still serves
         it, else apt's candidate (what a fresh machine installs)."""
-        installed, candidate, served = parse_apt_policy(_run(["apt-cache", "policy", package]))
+        self.prefetch_debian([package])
+        installed, candidate, served = parse_apt_policy(self._policies.get(package, ""))
         if installed is not None and installed in served:
             return installed
         if candidate is not None:
@@ -239,6 +250,18 @@ _POLICY_VERSION = re.compile(r"^ (?:\*\*\*|   ) (\S+) -?\d+$")
 """A version row of ``apt-cache policy``'s version table (`` *** 1.2-3 100``)."""
 
 
+def split_apt_policy(text: str) -> dict[str, str]:
+    """``apt-cache policy A B ...`` output -> package -> its own section."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.endswith(":"):
+            current = sections.setdefault(line[:-1], [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in sections.items()}
+
+
 def parse_apt_policy(text: str) -> tuple[str | None, str | None, set[str]]:
     """(installed, candidate, versions an archive serves) from ``apt-cache policy``."""
     installed = candidate = None
@@ -296,6 +319,22 @@ class ImageRecipe:
     def context(self) -> Path:
         """The recipe's build context folder in the repository."""
         return images_folder() / self.name
+
+
+DEBIAN_PACKAGES = (
+    "mosquitto",
+    "mosquitto-clients",
+    "redis-server",
+    "redis-tools",
+    "rabbitmq-server",
+    "openjdk-17-jre-headless",
+    "activemq",
+    "libmqtt-client-java",
+    "python3",
+    "python3-venv",
+    "busybox-static",
+)
+"""Every Debian package a recipe pins (looked up with one ``apt-cache policy`` call)."""
 
 
 def _debian(*packages: str, tag_from: str | None = None) -> Resolver:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from mqbench.brokers.docker.image_recipes import (
+    DEBIAN_PACKAGES,
     RECIPE_LIST,
     RECIPES,
     HostFacts,
@@ -376,6 +377,7 @@ class ImageBuilder:
         """Every recipe's inputs, or one ``BrokerError`` listing each missing input."""
         resolved: dict[str, Resolved] = {}
         missing: list[str] = []
+        self.host.prefetch_debian(list(DEBIAN_PACKAGES))
         for recipe in recipes:
             try:
                 resolved[recipe.name] = recipe.resolve(self.host)
