@@ -3,11 +3,9 @@ through their compose files by ``docker compose up --wait`` (so the files' healt
 pass in them), served on a published 127.0.0.1 port, and chosen by the runtime's image
 selection when the official image cannot be pulled.
 
-The compose files ask for ``nofile: 300000``, above this kind of machine's hard limit
-(20,000), and compose/nats.yaml passes ``--max_pending``, a flag nats-server does not
-have (it is a config file setting); both are the docker runtime's to fix (issue 26). Until
-then these tests add an override file that sets ``nofile`` to the host's hard limit and,
-for nats, drops that one flag.
+The compose files' ``nofile`` limit follows ``MQBENCH_NOFILE``; these tests set it to the
+host's hard limit (as the runtime does) and add an override file that only labels the
+containers.
 """
 
 from __future__ import annotations
@@ -36,8 +34,12 @@ from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe, nats_probe, r
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 UP_TIMEOUT_S = 120
-NATS_COMMAND = {"nats": ["-a", "0.0.0.0", "-p", "4222", "-m", "8222"]}
-"""compose/nats.yaml's command without ``--max_pending`` (see the module docstring)."""
+
+
+def nofile_limit() -> int:
+    """The host's hard ``nofile`` limit (at most 65536), which containers may not exceed."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
 
 
 class ComposeRun:
@@ -48,37 +50,28 @@ class ComposeRun:
         file: str,
         images: dict[str, str],
         tmp: Path,
-        commands: dict[str, list[str]] | None = None,
         port_vars: tuple[str, ...] = ("MQBENCH_PORT",),
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.project = f"mqbench-test-images-{secrets.token_hex(3)}"
         self.ports = {var: free_port("127.0.0.1") for var in port_vars}
         self.port = self.ports[port_vars[0]]
-        override = self._override(load_compose(compose_dir() / file), tmp, commands or {})
+        override = self._override(load_compose(compose_dir() / file), tmp)
         self.files = [str(compose_dir() / file), str(override)]
         self.env = {
             **{var: str(port) for var, port in self.ports.items()},
             "MQBENCH_CPUS": "1",
             "MQBENCH_MEM": "1024m",
             "MQBENCH_JVM_OPTS": "-Xms256m -Xmx512m",
+            "MQBENCH_NOFILE": str(nofile_limit()),
             **{image_variable(service): image for service, image in images.items()},
             **(extra_env or {}),
         }
 
-    def _override(
-        self, document: dict[str, Any], tmp: Path, commands: dict[str, list[str]]
-    ) -> Path:
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        limit = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    def _override(self, document: dict[str, Any], tmp: Path) -> Path:
         services: dict[str, Any] = {}
         for service in document["services"]:
-            services[service] = {
-                "ulimits": {"nofile": {"soft": limit, "hard": limit}},
-                "labels": {TEST_LABEL: "test_docker_local_images"},
-            }
-            if service in commands:
-                services[service]["command"] = commands[service]
+            services[service] = {"labels": {TEST_LABEL: "test_docker_local_images"}}
         path = tmp / f"override-{self.project}.yaml"
         path.write_text(yaml.safe_dump({"services": services}), encoding="utf-8")
         return path
@@ -132,9 +125,7 @@ def mosquitto_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 @pytest.fixture(scope="module")
 def nats_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeRun]:  # type: ignore[no-untyped-def]
     """compose/nats.yaml running the local nats image."""
-    run = ComposeRun(
-        "nats.yaml", {"nats": built["nats"].ref}, tmp_path_factory.mktemp("nats"), NATS_COMMAND
-    )
+    run = ComposeRun("nats.yaml", {"nats": built["nats"].ref}, tmp_path_factory.mktemp("nats"))
     run.up()
     yield run
     run.down()
@@ -250,7 +241,7 @@ def test_down_leaves_no_container_or_network_of_the_project(
     built,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
-    run = ComposeRun("nats.yaml", {"nats": built["nats"].ref}, tmp_path, NATS_COMMAND)
+    run = ComposeRun("nats.yaml", {"nats": built["nats"].ref}, tmp_path)
     run.up()
     label = {"label": f"com.docker.compose.project={run.project}"}
     assert len(docker_engine.client.containers.list(all=True, filters=label)) == 1
