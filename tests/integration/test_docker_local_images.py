@@ -1,7 +1,9 @@
 """Locally built images, for real: built (cached) by ``mqbench brokers build-images``, run
 through their compose files by ``docker compose up --wait`` (so the files' healthchecks
 pass in them), served on a published 127.0.0.1 port, and chosen by the runtime's image
-selection when the official image cannot be pulled.
+selection when the official image cannot be pulled. Every other target's local image runs
+end to end in tests/integration/test_docker_run.py (``mqbench run`` in Docker), the
+Toxiproxy image in test_docker_engine.py.
 
 The compose files' ``nofile`` limit follows ``MQBENCH_NOFILE``; these tests set it to the
 host's hard limit (as the runtime does) and add an override file that only labels the
@@ -14,8 +16,7 @@ import os
 import resource
 import secrets
 import subprocess
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,12 @@ import pytest
 import yaml
 from docker_support import TEST_LABEL, docker_engine, docker_images  # noqa: F401
 
-from mqbench.brokers.definitions.zenoh import zenoh_ready
 from mqbench.brokers.docker.compose import compose_dir, load_compose, service_images
 from mqbench.brokers.docker.image_engine import SdkEngine
 from mqbench.brokers.docker.image_recipes import parse_apt_policy
 from mqbench.brokers.docker.images import ImageSelector, choose_images, image_variable
 from mqbench.brokers.runtime.net import free_port
-from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe, nats_probe, redis_probe
+from mqbench.brokers.runtime.probes import nats_probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -248,95 +248,3 @@ def test_down_leaves_no_container_or_network_of_the_project(
     run.down()
     assert docker_engine.client.containers.list(all=True, filters=label) == []
     assert docker_engine.client.networks.list(filters=label) == []
-
-
-Probe = Callable[[ComposeRun], bool]
-
-
-def _http_ok(run: ComposeRun) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{run.port}/version", timeout=5) as answer:
-        return bool(answer.status == 200)
-
-
-OTHER_IMAGES: dict[str, tuple[str, dict[str, str], tuple[str, ...], Probe]] = {
-    "redis": (
-        "redis.yaml",
-        {"redis": "redis"},
-        ("MQBENCH_PORT",),
-        lambda r: redis_probe("127.0.0.1", r.port, 5.0),
-    ),
-    "zenoh": (
-        "zenoh.yaml",
-        {"zenoh": "zenoh"},
-        ("MQBENCH_PORT",),
-        lambda r: zenoh_ready("127.0.0.1", r.port, 10.0, "tcp", []),
-    ),
-    "tbmq-style": (
-        "tbmq-style.yaml",
-        {"redis": "redis", "broker": "tbmq-style"},
-        ("MQBENCH_PORT",),
-        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
-    ),
-    "rabbitmq": (
-        "rabbitmq.yaml",
-        {"rabbitmq": "rabbitmq"},
-        ("MQBENCH_MQTT_PORT", "MQBENCH_AMQP_PORT"),
-        lambda r: (
-            mqtt_probe("127.0.0.1", r.ports["MQBENCH_MQTT_PORT"], 5.0)
-            and amqp_probe("127.0.0.1", r.ports["MQBENCH_AMQP_PORT"], 5.0)
-        ),
-    ),
-    "hivemq": (
-        "hivemq.yaml",
-        {"hivemq": "hivemq"},
-        ("MQBENCH_PORT",),
-        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
-    ),
-    "artemis": (
-        "artemis.yaml",
-        {"artemis": "artemis"},
-        ("MQBENCH_PORT",),
-        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
-    ),
-    "activemq": (
-        "activemq.yaml",
-        {"activemq": "activemq"},
-        ("MQBENCH_PORT",),
-        lambda r: mqtt_probe("127.0.0.1", r.port, 5.0),
-    ),
-    "toxiproxy": ("toxiproxy.yaml", {"toxiproxy": "toxiproxy"}, ("MQBENCH_PORT",), _http_ok),
-}
-"""Image -> (compose file, service -> local image, port variables, probe from the host)."""
-
-
-@pytest.fixture(scope="module")
-def every_image(docker_images):  # type: ignore[no-untyped-def]  # noqa: F811
-    """Every local image (built once, cached by recipe hash)."""
-    return docker_images(*OTHER_IMAGES)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("target", sorted(OTHER_IMAGES))
-def test_each_local_image_passes_its_compose_healthcheck_and_serves_clients(
-    target: str,
-    every_image,  # type: ignore[no-untyped-def]
-    docker_engine: SdkEngine,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    file, services, port_vars, probe = OTHER_IMAGES[target]
-    images = {service: every_image[name].ref for service, name in services.items()}
-    proxy = free_port("127.0.0.1")
-    run = ComposeRun(
-        file,
-        images,
-        tmp_path,
-        port_vars=port_vars,
-        extra_env={"MQBENCH_PROXY_PORTS": f"{proxy}-{proxy}"},
-    )
-    run.up()
-    try:
-        assert probe(run), f"{target}: the healthy container does not serve clients"
-    finally:
-        run.down()
-    label = {"label": f"com.docker.compose.project={run.project}"}
-    assert docker_engine.client.containers.list(all=True, filters=label) == []
