@@ -37,6 +37,7 @@ from typing import Any
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.records.transfer import MAX_CHUNK_BYTES, RecordChunk, RecordSink
 from mqbench.scenario.loader import validate_scenario
+from mqbench.workload.messages import RecordsShipped
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 from mqbench.workload.spark_engine import spark_context, stop_spark
 
@@ -120,20 +121,20 @@ def ingest_path(megabytes: int, folder: Path) -> None:
 
     def sender() -> None:
         offset = 0
-        ours.send(("records", RecordChunk("sends-0.bin", 0, b"")))
+        ours.send(RecordsShipped(RecordChunk("sends-0.bin", 0, b"")))
         for _ in range(megabytes):
-            ours.send(("records", RecordChunk("sends-0.bin", offset, data)))
+            ours.send(RecordsShipped(RecordChunk("sends-0.bin", offset, data)))
             offset += len(data)
-        ours.send(("end", None))
+        ours.send(None)
 
     thread = threading.Thread(target=sender)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     thread.start()
     while True:
-        kind, item = theirs.recv()
-        if kind == "end":
+        message = theirs.recv()
+        if not isinstance(message, RecordsShipped):
             break
-        sink.accept(item)
+        sink.accept(message.item)
     sink.close()
     thread.join()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

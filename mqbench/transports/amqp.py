@@ -73,6 +73,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import Blocked, Connected, ProtocolError, Subscribed, Unblocked
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.amqp import (
     DEFAULT_FRAME_MAX,
@@ -205,13 +206,11 @@ class AmqpClient:
         product = self.server_properties.get("product", "")
         version = self.server_properties.get("version", "")
         stream.emit(
-            "connected",
-            {
-                "client_id": self._options.client_id,
-                "server": f"{_text(product)} {_text(version)}".strip(),
-                "frame_max": self._parser.frame_max,
-                "heartbeat_s": self._heartbeat_s,
-            },
+            Connected(
+                self._options.client_id,
+                stream.where,
+                server=f"{_text(product)} {_text(version)}".strip(),
+            )
         )
 
     async def _run_handshake(self) -> None:
@@ -348,7 +347,7 @@ class AmqpClient:
                             wait.exception()  # mark retrieved
                         else:
                             wait.cancel()
-        stream.emit("subscribed", {"topic": topic, "qos": qos, "queue": queue})
+        stream.emit(Subscribed(topic, qos, queue=queue))
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` publishing to ``topic`` (the routing key).
@@ -449,7 +448,7 @@ class AmqpClient:
                 self._stream.write(basic_ack(CHANNEL, self._ack_upto, True))
                 self._ack_upto = 0
 
-    def _on_lost(self, failure: TransportError) -> dict[str, Any]:
+    def _on_lost(self, failure: TransportError) -> int | None:
         """Fail the pending calls; the disconnect event counts unconfirmed publishes."""
         for pending in self._rpcs.values():
             for _expected, future in pending:
@@ -459,7 +458,7 @@ class AmqpClient:
         close_ok = self._close_ok
         if close_ok is not None and not close_ok.done():
             close_ok.set_result(None)
-        return {"unacked": len(self._unconfirmed)}
+        return len(self._unconfirmed)
 
     # ------------------------------------------------------------------ parser callbacks
 
@@ -525,10 +524,10 @@ class AmqpClient:
             stream.shutdown()
             return
         if isinstance(frame, commands.Connection.Blocked):
-            stream.emit("blocked", {"reason": frame.reason})
+            stream.emit(Blocked(str(frame.reason)))
             return
         if isinstance(frame, commands.Connection.Unblocked):
-            stream.emit("unblocked", {})
+            stream.emit(Unblocked())
             return
         if isinstance(frame, commands.Channel.Close):
             self._send_method(channel, commands.Channel.CloseOk())
@@ -540,7 +539,13 @@ class AmqpClient:
         if isinstance(frame, commands.Basic.Cancel):
             # The broker cancelled a consumer (e.g. its queue was deleted).
             self._consumers.pop((frame.consumer_tag or "").encode(), None)
-            stream.emit("protocol_error", {"reason": f"consumer {frame.consumer_tag} cancelled"})
+            stream.emit(
+                ProtocolError(
+                    f"consumer {frame.consumer_tag} cancelled",
+                    stream.where,
+                    self._options.client_id,
+                )
+            )
             return
         if channel == 0:
             handshake = self._handshake

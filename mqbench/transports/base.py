@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.transports.events import EventHandler
 from mqbench.wire.limits import PayloadLimit
 
 MessageHandler = Callable[[memoryview | bytes, int], None]
@@ -24,10 +25,6 @@ The payload may be a view into the client's read buffer: it is valid only during
 
 AckHandler = Callable[[int, int], None]
 """``(tag, t_ack_ns)``: called when a QoS >= 1 publish with ``tag`` is acknowledged."""
-
-EventHandler = Callable[[str, dict[str, Any]], None]
-"""``(kind, details)``: connection events. Standard kinds: ``connected``, ``subscribed``,
-``disconnected`` (details: ``expected``, ``reason``), ``protocol_error``, ``write_paused``."""
 
 Sender = Callable[[bytes, int], bool]
 """``(payload, tag) -> handed_over``: False when the client is not connected, when its output

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import struct
 from collections import deque
-from typing import Any, Final
+from typing import Final
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
@@ -48,6 +48,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import Connected, Resent, Subscribed
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire import limits
 from mqbench.wire.mqtt.errors import MqttCodecError, MqttProtocolError
@@ -216,11 +217,11 @@ class MqttClient:
         stream.established(self._options.keepalive_s / 2, self._keepalive_tick)
         self._resend_unacknowledged()
         stream.emit(
-            "connected",
-            {
-                "client_id": self._options.client_id,
-                "session_present": connack.session_present,
-            },
+            Connected(
+                self._options.client_id,
+                stream.where,
+                session_present=bool(connack.session_present),
+            )
         )
 
     async def _handshake(self) -> Connack:
@@ -277,7 +278,7 @@ class MqttClient:
                     TransportErrorKind.REJECTED,
                 )
             ok = True
-            stream.emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": code})
+            stream.emit(Subscribed(topic, qos, granted_qos=code))
         except TimeoutError:
             raise TransportError(
                 f"subscribe to {topic!r}: no SUBACK from {stream.where} within {timeout:g} s"
@@ -398,10 +399,7 @@ class MqttClient:
                     if frame is not None:
                         head, payload = frame
                         write(bytes((head[0] | 0x08,)) + head[1:] + payload)
-            self._stream.emit(
-                "resent",
-                {"client_id": self._options.client_id, "messages": len(self._inflight)},
-            )
+            self._stream.emit(Resent(self._options.client_id, len(self._inflight)))
         self._release_qos2_backlog()
 
     def set_ack_handler(self, handler: AckHandler) -> None:
@@ -437,12 +435,12 @@ class MqttClient:
                 self._activity = True
                 self._acks_out.clear()
 
-    def _on_lost(self, failure: TransportError) -> dict[str, Any]:
+    def _on_lost(self, failure: TransportError) -> int | None:
         """Fail the SUBACK waits; the disconnect event counts unacknowledged publishes."""
         for future in self._requests.values():
             if not future.done():
                 future.set_exception(failure)
-        return {"unacked": len(self._inflight)}
+        return len(self._inflight)
 
     # ------------------------------------------------------------------ parser callbacks
 

@@ -43,6 +43,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import Connected, ServerError
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire.nats import (
     CRLF,
@@ -138,7 +139,14 @@ class NatsClient:
         info = await stream.connect(self._endpoint, self._handshake)
         self._handshake_done = True
         stream.established(self._options.keepalive_s, self._keepalive_tick)
-        stream.emit("connected", {"endpoint": stream.where, "server_id": info.get("server_id")})
+        server_id = info.get("server_id")
+        stream.emit(
+            Connected(
+                self._options.client_id,
+                stream.where,
+                server=None if server_id is None else str(server_id),
+            )
+        )
 
     async def _handshake(self) -> dict[str, Any]:
         assert self._info_fut is not None
@@ -282,13 +290,13 @@ class NatsClient:
         except Exception as exc:
             self._stream.fail(f"message handler raised {type(exc).__name__}: {exc}")
 
-    def _on_lost(self, failure: TransportError) -> dict[str, Any]:
+    def _on_lost(self, failure: TransportError) -> int | None:
         """Fail the pending round trips; the disconnect event names the last -ERR."""
         while self._pongs:
             fut = self._pongs.popleft()
             if fut is not None and not fut.done():
                 fut.set_exception(failure)
-        return {"last_error": self._stream.last_error}
+        return None
 
     # ------------------------------------------------------------------ parser callbacks
 
@@ -321,7 +329,7 @@ class NatsClient:
                 if fut is not None and not fut.done():
                     fut.set_exception(failure)
             return
-        self._stream.emit("error", {"endpoint": self._stream.where, "message": message})
+        self._stream.emit(ServerError(self._stream.where, message))
 
     # ------------------------------------------------------------------ helpers
 

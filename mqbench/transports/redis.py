@@ -39,7 +39,6 @@ import asyncio
 import functools
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
@@ -52,6 +51,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import Connected, PublishUnreceived, ServerError
 from mqbench.transports.stream import StreamConnection
 from mqbench.wire import limits
 from mqbench.wire.resp import (
@@ -173,7 +173,7 @@ class RedisClient:
         await stream.connect(self._endpoint, self._handshake, tls=self._options.tls)
         self._handshake_done = True
         stream.established(self._options.keepalive_s, self._keepalive_tick)
-        stream.emit("connected", {"endpoint": stream.where})
+        stream.emit(Connected(self._options.client_id, stream.where))
 
     async def _handshake(self) -> None:
         extra = self._options.extra
@@ -308,13 +308,13 @@ class RedisClient:
         except Exception as exc:
             self._stream.fail(f"message handler raised {type(exc).__name__}: {exc}")
 
-    def _on_lost(self, failure: TransportError) -> dict[str, Any]:
+    def _on_lost(self, failure: TransportError) -> int | None:
         """Fail the pending commands; the disconnect event names the last error reply."""
         while self._control:
             fut = self._control.popleft().future
             if fut is not None and not fut.done():
                 fut.set_exception(failure)
-        return {"last_error": self._stream.last_error}
+        return None
 
     # ------------------------------------------------------------------ parser callbacks
 
@@ -324,10 +324,7 @@ class RedisClient:
         self._receivers += value * count
         if value == 0:
             if self._unreceived == 0:
-                self._stream.emit(
-                    "publish_unreceived",
-                    {"endpoint": self._stream.where, "message": "a PUBLISH reached no subscriber"},
-                )
+                self._stream.emit(PublishUnreceived(self._stream.where))
             self._unreceived += count
         if self._replies > self._stream.sent:
             self._stream.fail("protocol error: more integer replies from redis than publishes sent")
@@ -357,7 +354,7 @@ class RedisClient:
     def _note_error(self, reply: RespError) -> None:
         self._stream.last_error = reply.text
         if self._handshake_done:
-            self._stream.emit("error", {"endpoint": self._stream.where, "message": reply.text})
+            self._stream.emit(ServerError(self._stream.where, reply.text))
 
     # ------------------------------------------------------------------ helpers
 

@@ -57,6 +57,7 @@ from typing import Any, Final, TypeVar, cast
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import ClientOptions, ClientTls, Sender, max_pending_bytes
+from mqbench.transports.events import ClientEvent, Disconnected, ProtocolError, WritePaused
 
 T = TypeVar("T")
 
@@ -96,9 +97,10 @@ def _stamped_read_buffer() -> bytearray:
 DataHandler = Callable[[bytes], None]
 """``(data)``: one read from the socket, for the client's parser."""
 
-LostHandler = Callable[[TransportError], dict[str, Any]]
+LostHandler = Callable[[TransportError], int | None]
 """``(failure)``: the connection is gone; fail waiting requests with ``failure`` and return
-details to add to the ``disconnected`` event."""
+how many QoS >= 1 publishes were still unacknowledged (None: the client tracks none), for
+the ``Disconnected`` event."""
 
 
 def describe_oserror(exc: OSError) -> str:
@@ -680,11 +682,11 @@ class StreamConnection(asyncio.Protocol):
             self._keepalive.cancel()
             self._keepalive = None
 
-    def emit(self, kind: str, details: dict[str, Any]) -> None:
+    def emit(self, event: ClientEvent) -> None:
         """Report a connection event to ``ClientOptions.on_event``."""
         handler = self._on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
     # ------------------------------------------------------------------ ending
 
@@ -693,10 +695,7 @@ class StreamConnection(asyncio.Protocol):
         ``protocol_error``)."""
         if self.loss_reason is None:
             self.loss_reason = reason
-        self.emit(
-            "protocol_error",
-            {"endpoint": self.where, "client_id": self._options.client_id, "reason": reason},
-        )
+        self.emit(ProtocolError(reason, self.where, self._options.client_id))
         self.abort()
 
     def abort(self) -> None:
@@ -801,7 +800,7 @@ class StreamConnection(asyncio.Protocol):
         self._paused = True
         self._open = False
         if self._drain_waiter is None:
-            self.emit("write_paused", {"endpoint": self.where, "buffered": self.pending_bytes()})
+            self.emit(WritePaused(self.where, self.pending_bytes()))
 
     def resume_writing(self) -> None:
         """The write buffer drained below its low-water mark."""
@@ -829,18 +828,18 @@ class StreamConnection(asyncio.Protocol):
             if self.last_error is not None:
                 reason += f" (last error: {self.last_error})"
             self.loss_reason = reason
-        details = self._on_lost(TransportError(reason, TransportErrorKind.DISCONNECTED))
+        unacked = self._on_lost(TransportError(reason, TransportErrorKind.DISCONNECTED))
         for waiter in (self._drain_waiter, self._settle_waiter, self._lost):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         if self._session:
             self.emit(
-                "disconnected",
-                {
-                    "endpoint": self.where,
-                    "client_id": self._options.client_id,
-                    "reason": reason,
-                    "expected": self._closing and not self._dropped,
-                    **details,
-                },
+                Disconnected(
+                    reason,
+                    expected=self._closing and not self._dropped,
+                    client_id=self._options.client_id,
+                    endpoint=self.where,
+                    unacked=unacked,
+                    last_error=self.last_error,
+                )
             )

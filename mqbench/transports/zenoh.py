@@ -78,6 +78,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected
 from mqbench.transports.stream import probe_tcp
 from mqbench.wire.topics import to_zenoh_key
 
@@ -278,7 +279,7 @@ class ZenohClient:
                     TransportErrorKind.CONNECT_FAILED,
                 )
             self._connected = True
-            self._emit("connected", {"endpoint": self._where, "zid": self._zid, "mode": "peer"})
+            self._emit(Connected(self._options.client_id, self._where, server=self._zid))
             return
         self._router_up = bool(session.info.routers_zid())
         self._listener = session.info.declare_transport_events_listener(self._on_transport_event)
@@ -289,7 +290,7 @@ class ZenohClient:
                 TransportErrorKind.CONNECT_FAILED,
             )
         self._connected = True
-        self._emit("connected", {"endpoint": self._where, "zid": self._zid})
+        self._emit(Connected(self._options.client_id, self._where, server=self._zid))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare a subscriber and return once a query round trip confirmed it."""
@@ -406,12 +407,12 @@ class ZenohClient:
             pass
         if was_connected:
             self._emit(
-                "disconnected",
-                {
-                    "endpoint": self._where,
-                    "reason": self._failure or "closed by client",
-                    "expected": self._failure is None,
-                },
+                Disconnected(
+                    self._failure or "closed by client",
+                    expected=self._failure is None,
+                    client_id=self._options.client_id,
+                    endpoint=self._where,
+                )
             )
 
     async def unsubscribe(self, topic: str) -> None:
@@ -460,11 +461,17 @@ class ZenohClient:
         self._router_up = up
         self._connected = up
         if up:
-            self._emit("connected", {"endpoint": self._where, "zid": self._zid, "again": True})
+            self._emit(
+                Connected(self._options.client_id, self._where, server=self._zid, again=True)
+            )
         else:
             self._emit(
-                "disconnected",
-                {"endpoint": self._where, "reason": "router link lost", "expected": False},
+                Disconnected(
+                    "router link lost",
+                    expected=False,
+                    client_id=self._options.client_id,
+                    endpoint=self._where,
+                )
             )
 
     # ------------------------------------------------------------------ helpers
@@ -517,10 +524,10 @@ class ZenohClient:
                 await asyncio.to_thread(close_all)
         self._inbox.clear()
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
 
 def _short(exc: BaseException) -> str:

@@ -12,12 +12,24 @@ from typing import Any, Protocol, cast
 
 from mqbench.errors import MqbenchError, ResultsWriteError, TransportError
 from mqbench.process import interrupts
-from mqbench.records.events import Event, EventKind, EventLog
+from mqbench.records.events import EventKind, EventLog
 from mqbench.records.intended import measured_window
 from mqbench.records.worker_stats import WorkerStats
+from mqbench.workload.messages import (
+    ControlMessage,
+    Done,
+    Failed,
+    Published,
+    Ready,
+    RecordWriteFailed,
+    Start,
+    Stop,
+    WorkerEvent,
+)
+from mqbench.workload.messages import Progress as WorkerProgress
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.rates import RateMeter
-from mqbench.workload.worker import WorkerFailure, worker_main
+from mqbench.workload.worker import worker_main
 
 START_DELAY_S = 0.5
 """Publishing starts this long after the start signal, so every worker gets it in time."""
@@ -88,12 +100,12 @@ class WorkerHandle:
         self.stats = WorkerStats()
         self.published = False
         self.done = False
-        self.failure: WorkerFailure | None = None
+        self.failure: RecordWriteFailed | None = None
 
-    def send(self, kind: str, data: Any = None) -> None:
+    def send(self, message: ControlMessage) -> None:
         """One control message to the worker (ignored when it is gone)."""
         with contextlib.suppress(BrokenPipeError, OSError):
-            self.conn.send((kind, data))
+            self.conn.send(message)
 
     @property
     def pid(self) -> int | None:
@@ -114,7 +126,7 @@ class WorkerHandle:
         """The error for a worker whose connection ended before it finished publishing."""
         return TransportError(f"worker {self.plan.worker} exited unexpectedly")
 
-    def receive(self, kind: str, data: Any) -> bool:
+    def receive(self, message: object) -> bool:
         """Handle a message only this kind of worker sends; False: not such a message."""
         return False
 
@@ -235,7 +247,7 @@ class Coordinator:
             with interrupts.deferred():  # workers that got the start are recorded as started
                 start_ns = time.time_ns() + int(START_DELAY_S * 1e9)
                 for handle in self._handles:
-                    handle.send("start", start_ns)
+                    handle.send(Start(start_ns))
                 self.events.write(EventKind.PUBLISHING_STARTED, start_ns=start_ns)
                 self._window = measured_window(
                     start_ns, connected_ns, self.warmup_s, self.duration_s
@@ -248,7 +260,7 @@ class Coordinator:
             self.events.write(EventKind.INTERRUPTED)
         finally:
             for handle in self._handles:
-                handle.send("stop")
+                handle.send(Stop())
             stopped_ns = time.time_ns()
             self._mark_window(stopped_ns, stopping=True)
             try:
@@ -257,7 +269,7 @@ class Coordinator:
                 self.launcher.finish()
         self.events.write(EventKind.WORKERS_STOPPED)
         failed = next((h.failure for h in self._handles if h.failure is not None), None)
-        if failed is not None and failed.kind == "record_write":
+        if failed is not None:
             raise ResultsWriteError(failed.message, path=failed.path, errno=failed.errno)
         return LoadOutcome(
             connected_ns=connected_ns,
@@ -321,7 +333,7 @@ class Coordinator:
             if interrupts.hurrying() and not hurried:
                 hurried = True  # a second signal: skip acks, then kill what is left
                 for handle in self._handles:
-                    handle.send("stop", "fast")
+                    handle.send(Stop(fast=True))
                 deadline = min(deadline, time.monotonic() + HURRY_DONE_S)
             try:
                 self._poll(0.1, phase="stopping", start_ns=None, raise_errors=False)
@@ -359,45 +371,54 @@ class Coordinator:
         for conn in wait(conns, timeout=timeout):
             handle = by_conn[id(conn)]
             try:
-                kind, data = handle.conn.recv()
+                message = handle.conn.recv()
             except (EOFError, OSError):
                 handle.done = True
                 if raise_errors and not handle.published:
                     handle.join(1.0)  # let a dying process report its exit code
                     raise handle.lost() from None
                 continue
-            if handle.receive(kind, data):
-                continue
-            if kind == "ready":
-                handle.ready = True
-                handle.stats = data
-            elif kind in ("stats", "published", "done"):
-                handle.stats = data
-                handle.published |= kind == "published"
-                handle.done |= kind == "done"
-            elif kind == "event":
-                event: Event = data
-                self.events.write(
-                    event.kind, t_ns=event.t_ns, worker=handle.plan.worker, **event.details
-                )
-            elif kind == "error":
-                handle.done = True
-                if isinstance(data, WorkerFailure):
-                    handle.failure = data
-                    self.events.write(
-                        EventKind.ERROR,
-                        worker=handle.plan.worker,
-                        message=data.message,
-                        failure=data.kind,
-                    )
-                    if raise_errors:
-                        raise ResultsWriteError(data.message, path=data.path, errno=data.errno)
-                    continue
-                self.events.write(EventKind.ERROR, worker=handle.plan.worker, message=data)
-                if raise_errors:
-                    raise TransportError(str(data))
+            if not handle.receive(message):
+                self._dispatch(handle, message, raise_errors)
         self._mark_window(time.time_ns())
         self._report(phase, start_ns)
+
+    def _dispatch(self, handle: WorkerHandle, message: object, raise_errors: bool) -> None:
+        """Apply one worker message to its handle (stats, phase, events, failures)."""
+        worker = handle.plan.worker
+        match message:
+            case Ready(stats):
+                handle.ready = True
+                handle.stats = stats
+            case WorkerProgress(stats):
+                handle.stats = stats
+            case Published(stats):
+                handle.stats = stats
+                handle.published = True
+            case Done(stats):
+                handle.stats = stats
+                handle.done = True
+            case WorkerEvent(event):
+                self.events.write(event.kind, t_ns=event.t_ns, worker=worker, **event.details)
+            case RecordWriteFailed(text, path, errno):
+                handle.done = True
+                handle.failure = message
+                self.events.write(
+                    EventKind.ERROR, worker=worker, message=text, failure="record_write"
+                )
+                if raise_errors:
+                    raise ResultsWriteError(text, path=path, errno=errno)
+            case Failed(text):
+                handle.done = True
+                self.events.write(EventKind.ERROR, worker=worker, message=text)
+                if raise_errors:
+                    raise TransportError(text)
+            case _:  # a newer or broken peer: noted, never fatal
+                self.events.write(
+                    EventKind.WARNING,
+                    worker=worker,
+                    message=f"unknown message {type(message).__name__}",
+                )
 
     def _mark_window(self, now_ns: int, stopping: bool = False) -> None:
         """Write ``window_start`` / ``window_end`` once their time has passed.

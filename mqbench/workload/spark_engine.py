@@ -41,11 +41,22 @@ from mqbench.brokers.resources.sampler import ProcessLike, Sample
 from mqbench.endpoint import Endpoint
 from mqbench.errors import ClockError, LoadTaskLost, MqbenchError, TransportError
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock
-from mqbench.records.transfer import RecordSink, Shipment, StagingReader
+from mqbench.records.transfer import RecordSink, StagingReader
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.workload.clock import TimeService, measure_offset
 from mqbench.workload.coordinator import WorkerHandle
 from mqbench.workload.distributed import check_clock_bound
+from mqbench.workload.messages import (
+    Done,
+    Failed,
+    Ready,
+    RecordsShipped,
+    RecordWriteFailed,
+    Stop,
+    TaskHello,
+    TaskMessage,
+    TaskSample,
+)
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.worker import raise_open_files_limit, run_worker
 
@@ -81,27 +92,6 @@ class TaskSetup:
     control: Endpoint
     authkey: bytes
     time: Endpoint
-
-
-@dataclass(frozen=True)
-class TaskHello:
-    """A task's first message on the control connection."""
-
-    task: int
-    host: str
-    pid: int
-    before: ClockOffset
-
-
-@dataclass(frozen=True)
-class TaskSample:
-    """CPU (cores) and RSS of a task's own Python process over the last second."""
-
-    task: int
-    host: str
-    pid: int
-    cpu_cores: float
-    rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -152,11 +142,11 @@ def run_shard(
         ) from None
     send_lock = threading.Lock()
 
-    def to_driver(message: tuple[str, Any]) -> None:
+    def to_driver(message: TaskHello | TaskMessage) -> None:
         with send_lock:
             driver.send(message)
 
-    to_driver(("hello", TaskHello(plan.worker, host, os.getpid(), before)))
+    to_driver(TaskHello(plan.worker, host, os.getpid(), before))
     staging = Path(tempfile.mkdtemp(prefix=f"mqbench-task-{plan.worker}-", dir=_local_dir()))
     try:
         sampler = SelfSampler(plan.worker, host)
@@ -187,7 +177,7 @@ def _local_dir() -> str | None:
 def _relay(
     plan: WorkerPlan,
     driver: Connection,
-    to_driver: Callable[[tuple[str, Any]], None],
+    to_driver: Callable[[TaskMessage], None],
     shipper: RecordShipper,
     barrier: Callable[[], object],
     clock: Callable[[], int],
@@ -196,16 +186,16 @@ def _relay(
     ours, theirs = _pipe()
     released: list[int] = []
 
-    def up() -> None:  # worker -> driver; waits at the barrier before "ready"
+    def up() -> None:  # worker -> driver; waits at the barrier before Ready
         while True:
             try:
                 message = ours.recv()
             except (EOFError, OSError):
                 return
-            if message[0] == "ready" and not released:
+            if isinstance(message, Ready) and not released:
                 barrier()
                 released.append(clock())
-            if message[0] in ("done", "error"):
+            if isinstance(message, Done | Failed | RecordWriteFailed):
                 shipper.finish()  # the closed files reach the driver before the last word
             with contextlib.suppress(OSError):
                 to_driver(message)
@@ -216,7 +206,7 @@ def _relay(
                 message = driver.recv()
             except (EOFError, OSError):
                 with contextlib.suppress(OSError):
-                    ours.send(("stop", None))
+                    ours.send(Stop())
                 return
             with contextlib.suppress(OSError):
                 ours.send(message)
@@ -288,7 +278,7 @@ class RecordShipper:
     def __init__(
         self,
         reader: StagingReader,
-        send: Callable[[tuple[str, Any]], None],
+        send: Callable[[TaskMessage], None],
         interval_s: float = SHIP_INTERVAL_S,
         sampler: SelfSampler | None = None,
     ) -> None:
@@ -314,7 +304,7 @@ class RecordShipper:
             sample = self.sampler.sample() if self.sampler is not None else None
             if sample is not None and not self.broken:
                 try:
-                    self.send(("resources", sample))
+                    self.send(sample)
                 except OSError:
                     self.broken = True
 
@@ -325,7 +315,7 @@ class RecordShipper:
                 return
             try:
                 for item in self.reader.new():
-                    self.send(("records", item))
+                    self.send(RecordsShipped(item))
             except OSError:
                 self.broken = True
 
@@ -356,15 +346,15 @@ class SparkTaskHandle(WorkerHandle):
         self.latest: tuple[float, TaskSample] | None = None
         """When the task's last CPU/RSS sample arrived (monotonic s) and the sample."""
 
-    def receive(self, kind: str, data: Any) -> bool:
+    def receive(self, message: object) -> bool:
         """Records the task shipped go to the cell folder; its samples are kept."""
-        if kind == "resources" and isinstance(data, TaskSample):
-            self.latest = (time.monotonic(), data)
-            return True
-        if kind != "records":
-            return False
-        item: Shipment = data
-        self.sink.accept(item)
+        match message:
+            case TaskSample():
+                self.latest = (time.monotonic(), message)
+            case RecordsShipped(item):
+                self.sink.accept(item)
+            case _:
+                return False
         return True
 
     @property
@@ -443,10 +433,10 @@ class SparkStage:
             except queue.Empty:
                 continue
             try:
-                kind, hello = conn.recv() if conn.poll(10) else (None, None)
+                hello = conn.recv() if conn.poll(10) else None
             except (EOFError, OSError):
-                kind = hello = None
-            if kind != "hello" or not isinstance(hello, TaskHello):
+                hello = None
+            if not isinstance(hello, TaskHello):
                 conn.close()
                 continue
             self._hellos[hello.task] = hello

@@ -1,11 +1,11 @@
 """One worker process: its clients, its record files, one event loop (uvloop when present).
 
-The parent talks to it over a ``multiprocessing`` pipe:
+The parent talks to it over a ``multiprocessing`` pipe with the typed messages of
+``workload.messages``:
 
-    worker -> parent  ("ready", WorkerStats) | ("stats", WorkerStats)
-                      | ("published", WorkerStats) | ("event", Event) | ("done", WorkerStats)
-                      | ("error", message) | ("error", WorkerFailure)
-    parent -> worker  ("start", start_ns) | ("stop", None) | ("stop", "fast")
+    worker -> parent  Ready | Progress | Published | WorkerEvent | Done
+                      | Failed | RecordWriteFailed
+    parent -> worker  Start | Stop
 
 Records reach the disk at least once a second (``RECORD_CHECKPOINT_S``), with their count
 in a sidecar, so a hard kill loses at most about a second. A worker dies with its parent:
@@ -25,7 +25,6 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,21 @@ from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, MessageHandler, Sender
+from mqbench.transports.events import ClientEvent, Disconnected, Subscribed
 from mqbench.transports.registry import get_transport
+from mqbench.workload.messages import (
+    ControlMessage,
+    Done,
+    Failed,
+    Progress,
+    Published,
+    Ready,
+    RecordWriteFailed,
+    Start,
+    Stop,
+    WorkerEvent,
+    WorkerMessage,
+)
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop
 from mqbench.workload.realtime import apply_realtime, current_policy
@@ -58,17 +71,6 @@ which otherwise shows up as extra QoS 0 loss charged to the broker."""
 
 def _never(payload: bytes, tag: int) -> bool:
     return False
-
-
-@dataclass(frozen=True)
-class WorkerFailure:
-    """A typed failure sent to the parent (``("error", WorkerFailure)``)."""
-
-    kind: str
-    """``record_write``: a record file could not be written (e.g. the disk is full)."""
-    message: str
-    path: str | None = None
-    errno: int | None = None
 
 
 class Worker:
@@ -109,28 +111,31 @@ class Worker:
         self._publish_cpu: list[float] = []
         """process_time and monotonic time at the start and end of publishing."""
         self._fast_stop = False
-        self.failure: WorkerFailure | None = None
+        self.failure: RecordWriteFailed | None = None
         self.parent_pid = os.getppid()
 
     # -- control channel -------------------------------------------------------------
 
-    def send_message(self, kind: str, data: Any) -> None:
+    def send(self, message: WorkerMessage) -> None:
         """Send one message to the parent (ignored when the parent is gone)."""
         with contextlib.suppress(BrokenPipeError, OSError):
-            self.conn.send((kind, data))
+            self.conn.send(message)
 
     def _event(self, kind: EventKind, **details: Any) -> None:
-        self.send_message("event", Event(kind, time.time_ns(), details))
+        self.send(WorkerEvent(Event(kind, time.time_ns(), details)))
 
     def _on_control(self) -> None:
+        message: ControlMessage
         try:
-            kind, data = self.conn.recv()
+            message = self.conn.recv()
         except (EOFError, OSError):
-            kind, data = "stop", None  # parent is gone: stop and flush
-        if kind == "start" and self._start is not None and not self._start.done():
-            self._start.set_result(int(data))
-        elif kind == "stop":
-            self._request_stop(fast=data == "fast")
+            message = Stop()  # parent is gone: stop and flush
+        match message:
+            case Start(start_ns):
+                if self._start is not None and not self._start.done():
+                    self._start.set_result(start_ns)
+            case Stop(fast):
+                self._request_stop(fast=fast)
 
     def _request_stop(self, fast: bool = False) -> None:
         """Stop publishing, close clients and flush (``fast``: without waiting for acks)."""
@@ -158,8 +163,7 @@ class Worker:
         for writer in (self.deliveries, self.sends):
             err = writer.error
             if err is not None and self.failure is None:
-                self.failure = WorkerFailure(
-                    "record_write",
+                self.failure = RecordWriteFailed(
                     f"cannot write {writer.path}: {err.strerror or err}",
                     str(writer.path),
                     err.errno,
@@ -276,19 +280,12 @@ class Worker:
     def _options(self, client_id: str, persistent: bool, key: tuple[str, int]) -> ClientOptions:
         security = self.plan.security
 
-        def on_event(kind: str, details: dict[str, Any]) -> None:
-            if kind == "subscribed":
-                self._note_granted_qos(details)
-                return
-            if kind != "disconnected" or self._closing or key in self._held_down:
-                return
-            self.disconnects += 1
-            loop = self._loop
-            if loop is not None and key not in self._reconnecting:
-                self._reconnecting.add(key)
-                loop.call_soon_threadsafe(
-                    lambda: loop.create_task(self._reconnect(key, time.monotonic()))
-                )
+        def on_event(event: ClientEvent) -> None:
+            match event:
+                case Subscribed(requested_qos=requested, granted_qos=granted):
+                    self._note_granted_qos(requested, granted)
+                case Disconnected():
+                    self._on_disconnected(key)
 
         return ClientOptions(
             client_id=client_id,
@@ -301,10 +298,21 @@ class Worker:
             tls=security.tls if security is not None else None,
         )
 
-    def _note_granted_qos(self, details: dict[str, Any]) -> None:
+    def _on_disconnected(self, key: tuple[str, int]) -> None:
+        """A lost client is reconnected (unless the worker closes it or churn holds it)."""
+        if self._closing or key in self._held_down:
+            return
+        self.disconnects += 1
+        loop = self._loop
+        if loop is not None and key not in self._reconnecting:
+            self._reconnecting.add(key)
+            loop.call_soon_threadsafe(
+                lambda: loop.create_task(self._reconnect(key, time.monotonic()))
+            )
+
+    def _note_granted_qos(self, requested: int, granted: int | None) -> None:
         """Count subscriptions the broker granted at a lower QoS than asked (SUBACK)."""
-        granted, requested = details.get("granted_qos"), details.get("requested_qos")
-        if not isinstance(granted, int) or not isinstance(requested, int):
+        if granted is None:
             return
         if granted < requested:
             self.qos_downgraded += 1
@@ -474,7 +482,7 @@ class Worker:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
             await self._refresh_client_totals()
-            self.send_message("stats", self.stats(fresh=False))
+            self.send(Progress(self.stats(fresh=False)))
 
     async def _probe_loop_lag(self) -> None:
         loop = asyncio.get_running_loop()
@@ -554,7 +562,7 @@ class Worker:
         try:
             if not await self._connect_unless_stopped():
                 return
-            self.send_message("ready", self.stats())
+            self.send(Ready(self.stats()))
             try:
                 start_ns = await self._start
             except asyncio.CancelledError:
@@ -589,7 +597,7 @@ class Worker:
                 self._publish_cpu = [time.process_time(), time.monotonic()]
                 await self._loop_task.run()
                 self._publish_cpu += [time.process_time(), time.monotonic()]
-            self.send_message("published", self.stats())
+            self.send(Published(self.stats()))
             await self._stop.wait()
         finally:
             for task in background:
@@ -670,7 +678,7 @@ def worker_main(plan: WorkerPlan, conn: Connection) -> None:
 def run_worker(plan: WorkerPlan, conn: Connection) -> WorkerStats | None:
     """Run ``plan`` in this process over ``conn`` until it is done; close ``conn``.
 
-    The last message on ``conn`` is ``("done", stats)`` or ``("error", ...)``; the final
+    The last message on ``conn`` is ``Done``, ``Failed`` or ``RecordWriteFailed``; the final
     stats are returned too (None after an error). Used by ``worker_main`` and by the tasks
     of a distributed engine (``workload.spark_engine``).
     """
@@ -681,7 +689,7 @@ def run_worker(plan: WorkerPlan, conn: Connection) -> WorkerStats | None:
         if not isinstance(exc, MqbenchError):
             message = f"worker {plan.worker} could not start: {type(exc).__name__}: {exc}"
         with contextlib.suppress(BrokenPipeError, OSError):
-            conn.send(("error", message))
+            conn.send(Failed(message))
         conn.close()
         return None
     try:
@@ -693,15 +701,15 @@ def run_worker(plan: WorkerPlan, conn: Connection) -> WorkerStats | None:
             runner = asyncio.run
         runner(worker.run())
         if worker.failure is not None:
-            worker.send_message("error", worker.failure)
+            worker.send(worker.failure)
             return None
         stats = worker.stats()
-        worker.send_message("done", stats)
+        worker.send(Done(stats))
         return stats
     except MqbenchError as exc:
-        worker.send_message("error", str(exc))
+        worker.send(Failed(str(exc)))
     except Exception as exc:  # report, never hang the parent
-        worker.send_message("error", f"worker {plan.worker} crashed: {type(exc).__name__}: {exc}")
+        worker.send(Failed(f"worker {plan.worker} crashed: {type(exc).__name__}: {exc}"))
     finally:
         conn.close()
     return None

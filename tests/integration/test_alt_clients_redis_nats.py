@@ -7,7 +7,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header
 from mqbench.transports.base import Client, ClientOptions
+from mqbench.transports.events import ClientEvent, Connected, Disconnected
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
@@ -41,10 +41,10 @@ def brokers(module_broker: NativeBrokerFactory) -> dict[str, RunningBroker]:
 def make(
     name: str,
     endpoint: Endpoint,
-    events: list[tuple[str, dict[str, Any]]] | None = None,
+    events: list[ClientEvent] | None = None,
     timeout_s: float = 5.0,
 ) -> Client:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     options = ClientOptions(client_id=f"alt-{name}", connect_timeout_s=timeout_s, on_event=on_event)
     return get_transport(name).create_client(endpoint, options)
 
@@ -137,7 +137,7 @@ def test_close_is_clean_idempotent_and_reported(
     name: str, brokers: dict[str, RunningBroker]
 ) -> None:
     endpoint = brokers[CLIENTS[name]].endpoint
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ClientEvent] = []
 
     async def scenario() -> tuple[bool, bool]:
         client = make(name, endpoint, events)
@@ -152,5 +152,5 @@ def test_close_is_clean_idempotent_and_reported(
     connected, sent_after = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert not connected
     assert not sent_after
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["expected"] is True
+    assert [type(e) for e in events] == [Connected, Disconnected]
+    assert events[1].expected is True

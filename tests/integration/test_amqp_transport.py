@@ -22,10 +22,11 @@ from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.amqp import AmqpClient, AmqpTransport
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, Subscribed
 
 pytestmark = pytest.mark.integration
 
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ClientEvent]
 
 
 def make_client(
@@ -36,7 +37,7 @@ def make_client(
     keepalive_s: int = 60,
     **extra: Any,
 ) -> AmqpClient:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     username = extra.pop("username", None) or extra.pop("user", None)
     password = extra.pop("password", None)
     options = ClientOptions(
@@ -231,9 +232,9 @@ def test_events_report_connect_subscribe_and_an_expected_disconnect(
         return client.connected, client.sender("events", 0)(b"x", 0)
 
     connected, handed_over = run("asyncio", scenario())
-    assert [kind for kind, _ in events] == ["connected", "subscribed", "disconnected"]
-    assert events[0][1]["server"].startswith("RabbitMQ ")
-    assert events[2][1]["expected"] is True
+    assert [type(e) for e in events] == [Connected, Subscribed, Disconnected]
+    assert events[0].server.startswith("RabbitMQ ")
+    assert events[2].expected is True
     assert (connected, handed_over) == (False, False)
 
 
@@ -356,8 +357,8 @@ def test_a_connection_closed_by_the_broker_is_an_unexpected_disconnect_with_its_
         return client.connected, handed_over
 
     assert run("asyncio", scenario()) == (False, False)
-    kind, details = events[-1]
-    assert kind == "disconnected"
-    assert details["expected"] is False
-    assert "320 CONNECTION_FORCED" in details["reason"]
-    assert "closed by the test" in details["reason"]
+    details = events[-1]
+    assert isinstance(details, Disconnected)
+    assert details.expected is False
+    assert "320 CONNECTION_FORCED" in details.reason
+    assert "closed by the test" in details.reason

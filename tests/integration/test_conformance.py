@@ -49,6 +49,7 @@ from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.faults.tcp import ProxyRegistry
 from mqbench.faults.toxics import validate_toxic
 from mqbench.transports.base import Client, ClientOptions, Transport
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, ProtocolError
 from mqbench.transports.registry import get_transport, resolve_client
 
 pytestmark = pytest.mark.integration
@@ -89,7 +90,7 @@ STREAM_CLIENTS = {"mqtt": "mqtt broker", "nats": "nats", "redis": "redis", "amqp
 """The lean clients on ``StreamConnection``, with how their messages name the peer."""
 KEEPALIVE_TARGET = {"mqtt": "mosquitto", "nats": "nats", "redis": "redis", "amqp": "rabbitmq-amqp"}
 """The one target per lean client on which its keepalive is checked (it is the client's)."""
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ClientEvent]
 T = TypeVar("T")
 
 
@@ -118,7 +119,7 @@ class Conformance:
             client_id=client_id or f"conf-{os.getpid()}-{self._ids}",
             connect_timeout_s=connect_timeout_s,
             keepalive_s=keepalive_s,
-            on_event=None if events is None else (lambda kind, d: events.append((kind, d))),
+            on_event=None if events is None else events.append,
             extra=extra,
         )
         return self.transport.create_client(endpoint or self.broker.endpoint, options)
@@ -278,11 +279,11 @@ def test_close_is_clean_idempotent_reported_and_leaves_the_broker_serving_others
         await pub.close()
 
     run(scenario())
-    kinds = [kind for kind, _ in events]
-    assert kinds[0] == "connected"
-    assert kinds[-1] == "disconnected"
-    assert events[-1][1]["expected"] is True
-    assert events[-1][1]["reason"] == "closed by client"
+    kinds = [type(e) for e in events]
+    assert kinds[0] == Connected
+    assert kinds[-1] == Disconnected
+    assert events[-1].expected is True
+    assert events[-1].reason == "closed by client"
 
 
 def test_writes_without_coalescing_deliver_the_same_messages(conf: Conformance) -> None:
@@ -342,9 +343,9 @@ def test_a_connection_cut_in_the_network_is_an_unexpected_disconnect_and_sends_f
     connected, sent = run(scenario())
     assert not connected
     assert not sent
-    lost = [d for kind, d in events if kind == "disconnected"]
-    assert lost and lost[0]["expected"] is False
-    assert lost[0]["reason"]
+    lost = [e for e in events if isinstance(e, Disconnected)]
+    assert lost and lost[0].expected is False
+    assert lost[0].reason
 
 
 def test_a_peer_that_stops_answering_is_dropped_by_the_keepalive(conf: Conformance) -> None:
@@ -374,10 +375,10 @@ def test_a_peer_that_stops_answering_is_dropped_by_the_keepalive(conf: Conforman
     connected, elapsed = run(scenario())
     assert not connected
     assert elapsed < 5.0  # two or four missed 1 s keepalive ticks, never the broker's timeout
-    kinds = [kind for kind, _ in events]
-    assert kinds == ["connected", "protocol_error", "disconnected"]
-    assert events[2][1]["expected"] is False
-    assert events[2][1]["reason"] == events[1][1]["reason"]
+    kinds = [type(e) for e in events]
+    assert kinds == [Connected, ProtocolError, Disconnected]
+    assert events[2].expected is False
+    assert events[2].reason == events[1].reason
 
 
 def test_an_unreachable_broker_is_a_clear_error_within_the_connect_timeout(

@@ -23,6 +23,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, ProtocolError
 from mqbench.transports.mqtt import MqttClient, MqttTransport
 from mqbench.wire.mqtt.packets import (
     Connack,
@@ -38,7 +39,7 @@ from mqbench.wire.mqtt.parser import StreamParser
 
 pytestmark = pytest.mark.integration
 
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ClientEvent]
 
 
 def make_client(
@@ -49,7 +50,7 @@ def make_client(
     keepalive_s: int = 60,
     **extra: Any,
 ) -> MqttClient:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     username = extra.pop("username", None) or extra.pop("user", None)
     password = extra.pop("password", None)
     options = ClientOptions(
@@ -285,8 +286,8 @@ def test_clean_close_sends_disconnect_so_the_broker_does_not_publish_the_will(
     assert [topic for topic, _, _ in oracle.received] == ["wills/dying"]
     assert not connected
     assert sent_after_close is False
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["expected"] is True
+    assert [type(e) for e in events] == [Connected, Disconnected]
+    assert events[1].expected is True
 
 
 def test_idle_client_keeps_its_session_alive_with_pingreq(mosquitto: RunningBroker) -> None:
@@ -415,10 +416,10 @@ def test_garbage_from_the_broker_drops_the_connection_with_a_protocol_error() ->
             return client.connected
 
     assert run("uvloop", scenario()) is False
-    kinds = [kind for kind, _ in events]
-    assert kinds == ["connected", "protocol_error", "disconnected"]
-    assert "reserved packet type 15" in events[1][1]["reason"]
-    assert events[2][1]["expected"] is False
+    kinds = [type(e) for e in events]
+    assert kinds == [Connected, ProtocolError, Disconnected]
+    assert "reserved packet type 15" in events[1].reason
+    assert events[2].expected is False
 
 
 def test_keepalive_sends_pingreq_only_when_idle_and_pingresp_keeps_the_session() -> None:

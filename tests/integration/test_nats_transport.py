@@ -21,6 +21,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent
 from mqbench.transports.nats import NatsClient, NatsTransport
 
 pytestmark = pytest.mark.integration
@@ -29,11 +30,11 @@ pytestmark = pytest.mark.integration
 def make_client(
     endpoint: Endpoint,
     name: str = "t",
-    events: list[tuple[str, dict[str, Any]]] | None = None,
+    events: list[ClientEvent] | None = None,
     timeout_s: float = 5.0,
     **extra: Any,
 ) -> NatsClient:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     username = extra.pop("username", None) or extra.pop("user", None)
     password = extra.pop("password", None)
     options = ClientOptions(

@@ -17,6 +17,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, PublishUnreceived
 from mqbench.transports.redis import RedisClient, RedisTransport
 
 pytestmark = pytest.mark.integration
@@ -41,11 +42,11 @@ def redis_with_password(module_broker: NativeBrokerFactory) -> RunningBroker:
 def make_client(
     endpoint: Endpoint,
     name: str = "t",
-    events: list[tuple[str, dict[str, Any]]] | None = None,
+    events: list[ClientEvent] | None = None,
     timeout_s: float = 5.0,
     **extra: Any,
 ) -> RedisClient:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     username = extra.pop("username", None) or extra.pop("user", None)
     password = extra.pop("password", None)
     options = ClientOptions(
@@ -172,7 +173,7 @@ def test_messages_published_by_redis_py_reach_our_client_intact_and_stamped(
 def test_publishes_nobody_receives_are_counted_and_reported_once(
     redis_broker: RunningBroker,
 ) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ClientEvent] = []
 
     async def scenario() -> Any:
         client = make_client(redis_broker.endpoint, events=events)
@@ -187,8 +188,8 @@ def test_publishes_nobody_receives_are_counted_and_reported_once(
 
     stats = run("uvloop", scenario())
     assert (stats.published, stats.replies, stats.receivers, stats.unreceived) == (50, 50, 0, 50)
-    kinds = [kind for kind, _ in events]
-    assert kinds == ["connected", "publish_unreceived", "disconnected"]
+    kinds = [type(e) for e in events]
+    assert kinds == [Connected, PublishUnreceived, Disconnected]
 
 
 def test_missing_and_wrong_passwords_are_named_and_the_right_one_connects(
@@ -249,7 +250,7 @@ def test_one_connection_cannot_both_publish_and_subscribe(redis_broker: RunningB
 def test_a_subscriber_the_server_disconnects_is_reported_as_unrequested(
     redis_broker: RunningBroker,
 ) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[ClientEvent] = []
 
     async def scenario() -> bool:
         client = make_client(redis_broker.endpoint, "victim", events=events)
@@ -267,6 +268,6 @@ def test_a_subscriber_the_server_disconnects_is_reported_as_unrequested(
         return connected
 
     assert not run("uvloop", scenario())
-    assert [kind for kind, _ in events] == ["connected", "disconnected"]
-    assert events[1][1]["expected"] is False
-    assert "client-output-buffer-limit pubsub" in events[1][1]["reason"]
+    assert [type(e) for e in events] == [Connected, Disconnected]
+    assert events[1].expected is False
+    assert "client-output-buffer-limit pubsub" in events[1].reason

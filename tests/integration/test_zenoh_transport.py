@@ -21,6 +21,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent
 from mqbench.transports.zenoh import ZenohClient, ZenohTransport
 
 pytestmark = pytest.mark.integration
@@ -53,11 +54,11 @@ def oracle(router: RunningBroker) -> Iterator[Any]:
 
 def make_client(
     endpoint: Endpoint,
-    events: list[tuple[str, dict[str, Any]]] | None = None,
+    events: list[ClientEvent] | None = None,
     timeout_s: float = 5.0,
     **extra: Any,
 ) -> ZenohClient:
-    on_event = None if events is None else (lambda kind, d: events.append((kind, d)))
+    on_event = None if events is None else events.append
     options = ClientOptions(
         client_id="z", connect_timeout_s=timeout_s, on_event=on_event, extra=extra
     )

@@ -244,6 +244,7 @@ def test_test_modules_have_unique_basenames_so_pytest_collects_them_all() -> Non
 ENGINE_DOORS: frozenset[str] = frozenset(
     {
         "mqbench.transports.base",
+        "mqbench.transports.events",
         "mqbench.transports.registry",
         "mqbench.brokers.base",
         "mqbench.brokers.registry",

@@ -21,7 +21,8 @@ from mqbench.records.transfer import (
     StagingReader,
 )
 from mqbench.records.writer import RecordWriter
-from mqbench.workload.spark_engine import RecordShipper, SelfSampler, SparkStage, TaskSample
+from mqbench.workload.messages import RecordsShipped, TaskMessage, TaskSample
+from mqbench.workload.spark_engine import RecordShipper, SelfSampler, SparkStage
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
@@ -132,11 +133,10 @@ def test_the_shipper_sends_on_its_own_thread_and_ships_the_rest_when_finished(
     threads: set[str] = set()
     shipped = threading.Event()
 
-    def send(message: tuple[str, Any]) -> None:
-        kind, item = message
-        assert kind == "records"
+    def send(message: TaskMessage) -> None:
+        assert isinstance(message, RecordsShipped)
         threads.add(threading.current_thread().name)
-        sink.accept(item)
+        sink.accept(message.item)
         shipped.set()
 
     writer = RecordWriter(staging / "sends-0.bin")
@@ -163,14 +163,14 @@ def test_a_broken_driver_connection_stops_the_shipping_quietly(tmp_path: Path) -
     (staging / "sends-0.bin").write_bytes(bytes(48))
     calls: list[str] = []
 
-    def send(message: tuple[str, Any]) -> None:
-        calls.append(message[0])
+    def send(message: TaskMessage) -> None:
+        calls.append(type(message).__name__)
         raise BrokenPipeError(32, "broken pipe")
 
     shipper = RecordShipper(StagingReader(staging), send)
     shipper.finish()
     shipper.ship()
-    assert shipper.broken and calls == ["records"]
+    assert shipper.broken and calls == ["RecordsShipped"]
 
 
 class _Times:

@@ -13,22 +13,23 @@ from stream_fakes import FakeTransport, attach
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import ClientOptions
+from mqbench.transports.events import ClientEvent, Disconnected, ProtocolError
 from mqbench.transports.stream import COALESCE_MAX, StreamConnection, describe_oserror
 
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ClientEvent]
 
 
 def make_stream(
     events: Events | None = None, lost: list[TransportError] | None = None, **extra: Any
 ) -> StreamConnection:
-    def on_event(kind: str, details: dict[str, Any]) -> None:
+    def on_event(event: ClientEvent) -> None:
         if events is not None:
-            events.append((kind, details))
+            events.append(event)
 
-    def on_lost(failure: TransportError) -> dict[str, Any]:
+    def on_lost(failure: TransportError) -> int | None:
         if lost is not None:
             lost.append(failure)
-        return {"unacked": 3}
+        return 3
 
     options = ClientOptions("c1", on_event=on_event, extra=extra)
     return StreamConnection("test at 127.0.0.1:1", options, lambda data: None, on_lost)
@@ -133,15 +134,13 @@ def test_a_loss_fails_waiters_and_reports_one_unexpected_disconnect_with_the_las
     assert [str(e) for e in lost] == [reason]
     assert lost[0].kind is TransportErrorKind.DISCONNECTED
     assert events == [
-        (
-            "disconnected",
-            {
-                "endpoint": "test at 127.0.0.1:1",
-                "client_id": "c1",
-                "reason": reason,
-                "expected": False,
-                "unacked": 3,
-            },
+        Disconnected(
+            reason,
+            expected=False,
+            client_id="c1",
+            endpoint="test at 127.0.0.1:1",
+            unacked=3,
+            last_error="-ERR 'slow consumer'",
         )
     ]
 
@@ -159,8 +158,8 @@ def test_fail_names_the_reason_in_a_protocol_error_and_the_disconnect() -> None:
 
     transport = asyncio.run(scenario())
     assert transport.aborted
-    assert [kind for kind, _ in events] == ["protocol_error", "disconnected"]
-    assert events[1][1]["reason"] == "stale connection"
+    assert [type(e) for e in events] == [ProtocolError, Disconnected]
+    assert events[1].reason == "stale connection"
 
 
 def test_close_writes_queued_frames_and_the_goodbye_and_reports_an_expected_disconnect() -> None:
@@ -178,8 +177,8 @@ def test_close_writes_queued_frames_and_the_goodbye_and_reports_an_expected_disc
 
     transport = asyncio.run(scenario())
     assert transport.writes == [b"last", b"BYE"]
-    assert events[-1][1]["expected"] is True
-    assert events[-1][1]["reason"] == "closed by client"
+    assert events[-1].expected is True
+    assert events[-1].reason == "closed by client"
 
 
 def test_a_single_use_client_cannot_connect_again() -> None:
@@ -239,6 +238,6 @@ def test_a_drop_stays_unexpected_when_close_comes_before_the_socket_is_gone() ->
         stream.connection_lost(None)
 
     asyncio.run(scenario())
-    assert [kind for kind, _ in events] == ["protocol_error", "disconnected"]
-    assert events[1][1]["expected"] is False
-    assert events[1][1]["reason"] == "stale connection: no reply to 2 keepalive PINGs"
+    assert [type(e) for e in events] == [ProtocolError, Disconnected]
+    assert events[1].expected is False
+    assert events[1].reason == "stale connection: no reply to 2 keepalive PINGs"

@@ -19,6 +19,7 @@ from mqbench.transports.base import (
     Sender,
     TransportCapabilities,
 )
+from mqbench.workload.messages import Failed
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.topology import PubSpec
 from mqbench.workload.worker import Worker, run_worker
@@ -132,7 +133,8 @@ def test_a_worker_that_cannot_open_its_record_folder_says_why_instead_of_vanishi
     plan = replace(worker.plan, cell_dir=str(tmp_path / "missing" / "cell"))
     parent, child = multiprocessing.Pipe()
     assert run_worker(plan, child) is None
-    kind, message = parent.recv()
-    assert kind == "error"
+    reply = parent.recv()
+    assert isinstance(reply, Failed)
+    message = reply.message
     assert message.startswith("worker 0 could not start: FileNotFoundError")
     assert str(tmp_path / "missing" / "cell") in message and "\n" not in message

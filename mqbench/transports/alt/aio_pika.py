@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 import aio_pika
 import aiormq
@@ -36,6 +35,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, Subscribed
 from mqbench.transports.stream import describe_oserror, probe_tcp, tls_context
 
 CAPABILITIES = TransportCapabilities(
@@ -140,7 +140,7 @@ class AioPikaClient:
                 f"cannot connect to {self._where}: {_reason(exc)}",
                 TransportErrorKind.CONNECT_FAILED,
             ) from None
-        self._emit("connected", {"client_id": self._options.client_id})
+        self._emit(Connected(self._options.client_id))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Declare an exclusive queue, bind it with ``topic`` and start consuming."""
@@ -174,7 +174,7 @@ class AioPikaClient:
             raise TransportError(f"subscribe to {topic!r}: no answer from {self._where}") from None
         except aiormq.exceptions.AMQPError as exc:
             raise TransportError(f"subscribe to {topic!r} failed: {_reason(exc)}") from None
-        self._emit("subscribed", {"topic": topic, "qos": qos})
+        self._emit(Subscribed(topic, qos))
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool``; each call schedules one publish task."""
@@ -237,8 +237,7 @@ class AioPikaClient:
             task.cancel()
         await self._drop()
         self._emit(
-            "disconnected",
-            {"client_id": self._options.client_id, "reason": "closed by client", "expected": True},
+            Disconnected("closed by client", expected=True, client_id=self._options.client_id)
         )
 
     async def _drop(self) -> None:
@@ -250,10 +249,10 @@ class AioPikaClient:
                 async with asyncio.timeout(5):
                     await connection.close()
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
 
 def _reason(exc: BaseException) -> str:

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import re
 import time
-from typing import Any
 
 import aiomqtt
 
@@ -31,6 +30,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, Subscribed
 from mqbench.transports.stream import probe_tcp, tls_context
 from mqbench.wire import limits
 
@@ -125,7 +125,7 @@ class AiomqttClient:
             ) from None
         self._connected = True
         self._reader = asyncio.get_running_loop().create_task(self._read())
-        self._emit("connected", {"client_id": self._options.client_id})
+        self._emit(Connected(self._options.client_id))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe (aiomqtt awaits the SUBACK) and route matching messages to the handler."""
@@ -149,7 +149,7 @@ class AiomqttClient:
             raise TransportError(
                 f"{self._where} refused the subscription to {topic!r}", TransportErrorKind.REJECTED
             )
-        self._emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": code})
+        self._emit(Subscribed(topic, qos, granted_qos=code))
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool``; each call schedules one publish task."""
@@ -220,8 +220,7 @@ class AiomqttClient:
                 async with asyncio.timeout(5):
                     await mqtt.__aexit__(None, None, None)
         self._emit(
-            "disconnected",
-            {"client_id": self._options.client_id, "reason": "closed by client", "expected": True},
+            Disconnected("closed by client", expected=True, client_id=self._options.client_id)
         )
 
     async def _read(self) -> None:
@@ -241,18 +240,13 @@ class AiomqttClient:
             if self._connected:
                 self._connected = False
                 self._emit(
-                    "disconnected",
-                    {
-                        "client_id": self._options.client_id,
-                        "reason": _reason(exc),
-                        "expected": False,
-                    },
+                    Disconnected(_reason(exc), expected=False, client_id=self._options.client_id)
                 )
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
 
 def _reason(exc: BaseException) -> str:

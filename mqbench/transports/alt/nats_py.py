@@ -33,6 +33,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected
 from mqbench.transports.stream import describe_oserror, probe_tcp, tls_context
 
 CAPABILITIES = TransportCapabilities(
@@ -123,7 +124,7 @@ class NatsPyClient:
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
         self._connected = True
-        self._emit("connected", {"endpoint": self._where})
+        self._emit(Connected(self._options.client_id, self._where))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe with a callback and confirm with a PING/PONG round trip."""
@@ -199,8 +200,12 @@ class NatsPyClient:
                 await self._nc.close()
         if was_connected:
             self._emit(
-                "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "expected": True},
+                Disconnected(
+                    "closed by client",
+                    expected=True,
+                    client_id=self._options.client_id,
+                    endpoint=self._where,
+                )
             )
 
     # ------------------------------------------------------------------ internals
@@ -223,7 +228,11 @@ class NatsPyClient:
         if not self._connected or self._closing:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
+        self._emit(
+            Disconnected(
+                reason, expected=False, client_id=self._options.client_id, endpoint=self._where
+            )
+        )
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, OSError):
@@ -234,10 +243,10 @@ class NatsPyClient:
             return "-ERR 'Authorization Violation'"
         return str(exc) or type(exc).__name__
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
 
 class NatsPyTransport:

@@ -45,6 +45,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected, Subscribed
 from mqbench.transports.stream import describe_oserror, tls_context
 from mqbench.wire import limits
 
@@ -158,7 +159,7 @@ class PahoClient:
                 f"{_user(self._options.username)}: {text} (CONNACK reason code {code})",
                 TransportErrorKind.CONNECT_FAILED,
             )
-        self._emit("connected", {"client_id": self._options.client_id})
+        self._emit(Connected(self._options.client_id))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """Subscribe and return once paho reported a successful SUBACK."""
@@ -187,7 +188,7 @@ class PahoClient:
             raise TransportError(
                 f"{self._where} refused the subscription to {topic!r}", TransportErrorKind.REJECTED
             )
-        self._emit("subscribed", {"topic": topic, "requested_qos": qos, "granted_qos": codes[0]})
+        self._emit(Subscribed(topic, qos, granted_qos=codes[0]))
 
     def sender(self, topic: str, qos: int) -> Sender:
         """Return ``send(payload, tag) -> bool`` calling ``paho.Client.publish``."""
@@ -245,8 +246,7 @@ class PahoClient:
             self._client.disconnect()
         await self._stop_loop()
         self._emit(
-            "disconnected",
-            {"client_id": self._options.client_id, "reason": "closed by client", "expected": True},
+            Disconnected("closed by client", expected=True, client_id=self._options.client_id)
         )
 
     # ------------------------------------------------------------------ paho thread
@@ -288,8 +288,7 @@ class PahoClient:
         self._call(
             lambda: (
                 self._emit(
-                    "disconnected",
-                    {"client_id": self._options.client_id, "reason": reason, "expected": expected},
+                    Disconnected(reason, expected=expected, client_id=self._options.client_id)
                 )
                 if not expected
                 else None
@@ -334,7 +333,7 @@ class PahoClient:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(loop.run_in_executor(None, self._client.loop_stop), 10)
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)

@@ -33,6 +33,7 @@ from mqbench.transports.base import (
     TransportCapabilities,
     require_qos,
 )
+from mqbench.transports.events import ClientEvent, Connected, Disconnected
 from mqbench.transports.stream import describe_oserror, probe_tcp
 from mqbench.wire import limits
 
@@ -114,7 +115,7 @@ class RedisPyClient:
         self._outbox = Outbox(self._write_batch, self._on_write_error)
         self._outbox.start()
         self._connected = True
-        self._emit("connected", {"endpoint": self._where})
+        self._emit(Connected(self._options.client_id, self._where))
 
     async def subscribe(self, topic: str, qos: int, on_message: MessageHandler) -> None:
         """``SUBSCRIBE`` on the Pub/Sub connection; return once the confirmation arrived."""
@@ -194,8 +195,12 @@ class RedisPyClient:
         await self._dispose()
         if was_connected:
             self._emit(
-                "disconnected",
-                {"endpoint": self._where, "reason": "closed by client", "expected": True},
+                Disconnected(
+                    "closed by client",
+                    expected=True,
+                    client_id=self._options.client_id,
+                    endpoint=self._where,
+                )
             )
 
     # ------------------------------------------------------------------ internals
@@ -230,7 +235,11 @@ class RedisPyClient:
         if not self._connected:
             return
         self._connected = False
-        self._emit("disconnected", {"endpoint": self._where, "reason": reason, "expected": False})
+        self._emit(
+            Disconnected(
+                reason, expected=False, client_id=self._options.client_id, endpoint=self._where
+            )
+        )
 
     async def _dispose(self) -> None:
         with contextlib.suppress(Exception):
@@ -240,10 +249,10 @@ class RedisPyClient:
             if self._redis is not None:
                 await self._redis.aclose()
 
-    def _emit(self, kind: str, details: dict[str, Any]) -> None:
+    def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
         if handler is not None:
-            handler(kind, details)
+            handler(event)
 
 
 def _user(username: str | None, exc: BaseException) -> str:
