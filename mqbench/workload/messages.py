@@ -33,7 +33,7 @@ class Ready:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """The periodic report while the worker runs (every ``STATS_INTERVAL_S``)."""
+    """The periodic report while the worker runs (every ``reporting.STATS_INTERVAL_S``)."""
 
     stats: WorkerStats
 

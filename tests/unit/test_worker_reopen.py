@@ -106,7 +106,7 @@ def test_a_client_that_cannot_connect_again_is_replaced_by_a_new_one(tmp_path: P
     worker = make_worker(tmp_path)
     used = ReopenClient(TransportError("x", TransportErrorKind.NOT_REUSABLE))
     CREATED.clear()
-    reopened = asyncio.run(worker._reopen(worker.plan.publishers[0], used, False))
+    reopened = asyncio.run(worker.pool.reopen(worker.plan.publishers[0], used))
     assert reopened is CREATED[0] and reopened is not used
     assert used.connects == 1 and CREATED[0].connects == 1
 
@@ -121,7 +121,7 @@ def test_other_failures_propagate_even_when_their_text_says_once(
     failure = TransportError("the nats client is at-most-once: QoS 1 was already used once", kind)
     CREATED.clear()
     with pytest.raises(TransportError) as info:
-        asyncio.run(worker._reopen(worker.plan.publishers[0], ReopenClient(failure), False))
+        asyncio.run(worker.pool.reopen(worker.plan.publishers[0], ReopenClient(failure)))
     assert info.value is failure
     assert CREATED == []
 
