@@ -145,10 +145,25 @@ class StartRequest:
     """TLS and/or credentials to configure (None: plain TCP, no authentication)."""
 
 
+@dataclass(frozen=True)
+class RuntimeCapabilities:
+    """What a runtime does with the broker; the engine asks these instead of its name."""
+
+    starts_broker: bool
+    """The runtime starts (and stops) the broker; False: the user runs it (external), so
+    its certificates, limits and process are the user's."""
+    inherits_open_files: bool
+    """The broker process inherits mqbench's open-files limit (a child process)."""
+    cgroup_profiles: bool
+    """Resource profiles are applied through this machine's cgroups, so the pre-flight
+    checks they fit the machine (docker applies them through the engine)."""
+
+
 class Runtime(Protocol):
     """Starts brokers one way (native processes, docker compose, or an external broker)."""
 
     name: str
+    capabilities: RuntimeCapabilities
 
     def availability(self, target: str) -> Availability:
         """Can this runtime run ``target`` here? The reason says how to fix it when not."""

@@ -284,6 +284,11 @@ class Generator(_Strict):
     def _parse_size(cls, value: Any) -> int:
         return parse_size(value)
 
+    @property
+    def distributed(self) -> bool:
+        """The load runs as Spark tasks (``engine: spark``), not as local processes."""
+        return self.engine == "spark"
+
     @model_validator(mode="after")
     def _engine_settings(self) -> Generator:
         if self.engine == "spark" and not self.master:

@@ -32,6 +32,7 @@ from typing import Final
 
 import psutil
 
+from mqbench.brokers.runtime.registry import runtime_capabilities
 from mqbench.errors import CapacityError, ResultsError
 from mqbench.records.format import RECORD_SIZE
 from mqbench.scenario.matrix import AXIS_FIELDS, Cell
@@ -94,9 +95,10 @@ def machine_limits(scenario: Scenario) -> Limits:
     own = open_files_limit()
     broker: int | None = None
     source = ""
-    if scenario.runtime == "native":
+    capabilities = runtime_capabilities(scenario.runtime)
+    if capabilities.inherits_open_files:
         broker, source = own, "the RLIMIT_NOFILE it inherits from mqbench"
-    elif scenario.runtime == "external" and scenario.broker.pid:
+    elif not capabilities.starts_broker and scenario.broker.pid:
         broker = process_open_files_limit(scenario.broker.pid)
         source = f"of pid {scenario.broker.pid}"
     return Limits(

@@ -283,7 +283,7 @@ class CellRun:
             security=self.ctx.security.client,
             realtime=timing.settings,
         )
-        if generator.engine == "spark":
+        if generator.distributed:
             self.stage = _spark_stage(scenario, cell, self.topology.routes, plans)
             self._sampler.add_source(self.stage)  # every task samples itself
         return plans

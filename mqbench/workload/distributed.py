@@ -62,7 +62,7 @@ def check_cross_task(scenario: Scenario, cell: Cell, crossing: int, routes: int)
 def check_remote_output(scenario: Scenario, out_root: RemoteRoot) -> None:
     """A run folder on a URI is published by the Spark driver's Hadoop FileSystem: only
     ``generator.engine: spark`` has that JVM while it runs."""
-    if scenario.generator.engine != "spark":
+    if not scenario.generator.distributed:
         raise ScenarioError(
             f"--out {out_root}: a URI needs generator.engine spark (the Spark driver's "
             "Hadoop FileSystem publishes the run folder); a local run writes to a local path"
@@ -97,7 +97,7 @@ def check_clock_bound(offsets: Sequence[ClockOffset], bound_ns: int) -> None:
 def check_distributed(scenario: Scenario, cells: Sequence[Cell]) -> None:
     """What ``run`` refuses for ``generator.engine: spark`` before anything starts."""
     generator = scenario.generator
-    if generator.engine != "spark":
+    if not generator.distributed:
         return
     if generator.layout == "split":
         raise ScenarioError(

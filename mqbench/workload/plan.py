@@ -105,7 +105,7 @@ def cell_shards(generator: Generator, cell: Cell, cpus: int) -> tuple[int, str]:
     Spark task (``generator.executors``), always ``shared``, so that a publisher and its
     subscribers share one clock (docs/distributed.md).
     """
-    if generator.engine == "spark":
+    if generator.distributed:
         return worker_count(generator.executors, cell.connections, 1), "shared"
     workers = worker_count(generator.workers, cell.connections, cpus)
     return workers, resolve_layout(generator.layout, cell)

@@ -20,7 +20,7 @@ from pathlib import Path
 from mqbench.brokers.registry import get_definition, get_target
 from mqbench.brokers.resources.native_profiles import check_native_profile
 from mqbench.brokers.resources.profiles import profile_names
-from mqbench.brokers.runtime.registry import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime, runtime_capabilities
 from mqbench.errors import BrokerError, MqbenchError, ScenarioError
 from mqbench.faults.driver import check_faults
 from mqbench.records.hadoop_fs import RemoteRoot
@@ -154,7 +154,7 @@ def check_resources(scenario: Scenario) -> None:
             raise ScenarioError(
                 f"unknown resources profile {profile!r} (known: {', '.join(known_profiles)})"
             )
-        if profile is not None and scenario.runtime == "native":
+        if profile is not None and runtime_capabilities(scenario.runtime).cgroup_profiles:
             # More CPUs than the machine has, or no cgroup write access: refused here,
             # before a result folder exists or a broker starts.
             check_native_profile(profile)

@@ -105,7 +105,7 @@ def run_scenario(
         if evaluate is None:
             raise ScenarioError(f"{scenario_file}: a saturation search needs an evaluation")
         search = SearchTracker(scenario.search, evaluate)
-    spark_was_running = scenario.generator.engine == "spark" and spark_running()
+    spark_was_running = scenario.generator.distributed and spark_running()
     output: _Output | None = None
     security = open_run_security(scenario)
     try:
@@ -135,7 +135,7 @@ def run_scenario(
         raise
     finally:
         security.close()
-        if scenario.generator.engine == "spark" and not spark_was_running:
+        if scenario.generator.distributed and not spark_was_running:
             stop_spark()
     if output is not None:
         result.published, result.staging = output.folder, output.local

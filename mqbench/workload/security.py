@@ -18,7 +18,7 @@ from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.registry import get_target
-from mqbench.brokers.runtime.registry import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime, runtime_capabilities
 from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.errors import BrokerError, ScenarioError
 from mqbench.scenario.model import Scenario
@@ -97,7 +97,7 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
         "auth": credentials is not None,
         "username": username,
     }
-    if scenario.runtime == "external":
+    if not runtime_capabilities(scenario.runtime).starts_broker:
         tls = None
         if security.tls:
             tls = ClientTls(

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from mqbench.brokers.base import Availability, BrokerSecurity, StartRequest
+from mqbench.brokers.base import Availability, BrokerSecurity, RuntimeCapabilities, StartRequest
 from mqbench.brokers.definition import ComposeStarted, DockerHooks, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry, compose_dir, load_compose, service_images
 from mqbench.brokers.docker.engine import (
@@ -234,6 +234,9 @@ class DockerRuntime:
     """Runs brokers as compose projects (implements ``Runtime``)."""
 
     name = "docker"
+    capabilities = RuntimeCapabilities(
+        starts_broker=True, inherits_open_files=False, cgroup_profiles=False
+    )
 
     def __init__(
         self,

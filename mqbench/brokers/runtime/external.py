@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.base import Availability, RuntimeCapabilities, StartRequest
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtime.net import tcp_reachable
 from mqbench.endpoint import Endpoint
@@ -59,6 +59,9 @@ class ExternalRuntime:
     """Points mqbench at an already running broker (implements ``Runtime``)."""
 
     name = "external"
+    capabilities = RuntimeCapabilities(
+        starts_broker=False, inherits_open_files=False, cgroup_profiles=False
+    )
 
     def availability(self, target: str) -> Availability:
         """Always available for a known target (reachability is checked by ``start``)."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from mqbench.brokers.base import Availability, StartRequest
+from mqbench.brokers.base import Availability, RuntimeCapabilities, StartRequest
 from mqbench.brokers.registry import Target, get_definition, get_target, native_specs
 from mqbench.brokers.resources.native_profiles import NativeLimiter, split_profile
 from mqbench.brokers.runtime.liveness import ExitCallback, ProcessExitWatch
@@ -265,6 +265,9 @@ class NativeRuntime:
     """Runs brokers as local processes (implements ``Runtime``)."""
 
     name = "native"
+    capabilities = RuntimeCapabilities(
+        starts_broker=True, inherits_open_files=True, cgroup_profiles=True
+    )
 
     def __init__(self, specs: Mapping[str, NativeSpec] | None = None) -> None:
         """Use the given specs by name (default: a fresh spec of every registered target)."""
