@@ -32,7 +32,7 @@ from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import LAT_UNIT_NS, RECORD_DTYPE, RECORD_SIZE
-from mqbench.records.intended import intended_ns_array
+from mqbench.records.intended import intended_in_window
 
 FAULTS_JSON = "faults.json"
 
@@ -103,12 +103,16 @@ def fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str
         )
     w_start, w_end = window.start_ns, window.end_ns
     deliveries = _load(folder, "deliveries")
-    intended = intended_ns_array(
-        schedule.start_ns, schedule.rate, schedule.publishers, deliveries["pub"], deliveries["seq"]
+    intended, measured = intended_in_window(
+        schedule.start_ns,
+        schedule.rate,
+        schedule.publishers,
+        (w_start, w_end),
+        deliveries["pub"],
+        deliveries["seq"],
     )
     t_recv = deliveries["t_sent"] + deliveries["lat"].astype(np.int64) * LAT_UNIT_NS
     latency_us = (t_recv - intended) / 1000.0
-    measured = (intended >= w_start) & (intended < w_end)
     during = _inside(intended, windows) & measured
     clipped = [(max(a, w_start), min(b, w_end)) for a, b in windows]
     downtime = sum(max(0, b - a) for a, b in clipped)

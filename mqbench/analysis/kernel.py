@@ -21,7 +21,6 @@ from mqbench.records.format import (
     SEND_FAILED,
     SEND_OK,
 )
-from mqbench.records.intended import intended_ns_array
 
 Hist = tuple[np.ndarray, np.ndarray]
 """A histogram: sorted unique int64 values and their int64 counts."""
@@ -128,14 +127,6 @@ def read_chunk(path: str, offset: int, count: int) -> np.ndarray:
     return rec
 
 
-def intended_and_mask(plan: CellPlan, pub: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Intended send time of each (pub, seq) and whether it lies in the window."""
-    valid = pub < plan.publishers
-    intended = intended_ns_array(plan.start_ns, plan.rate, plan.publishers, pub, seq)
-    mask = valid & (intended >= plan.win_start) & (intended < plan.win_end)
-    return intended, mask
-
-
 def route_slots(plan: CellPlan, pub: np.ndarray, sub: np.ndarray) -> np.ndarray:
     """Slot of each (pub, sub) among the publisher's routed subscribers; -1 if not routed."""
     slot = np.full(pub.size, -1, dtype=np.int64)
@@ -231,7 +222,7 @@ def selected_deliveries(
     recv_in = int(np.count_nonzero((t_recv >= plan.win_start) & (t_recv < plan.win_end)))
     pub = rec["pub"]
     seq = rec["seq"]
-    intended, in_window = intended_and_mask(plan, pub, seq)
+    intended, in_window = plan.in_window(pub, seq)
     rows = np.flatnonzero(in_window)
     slot = route_slots(plan, pub[rows], rec["sub"][rows])
     routed_mask = slot >= 0
@@ -282,7 +273,7 @@ def scan_sends(plan: CellPlan, rec: np.ndarray) -> SendPartial:
     pub = rec["pub"]
     seq = rec["seq"]
     flags = rec["sub"]
-    intended, in_window = intended_and_mask(plan, pub, seq)
+    intended, in_window = plan.in_window(pub, seq)
     ok = in_window & ((flags & SEND_OK) != 0)
     out.sent = int(np.count_nonzero(ok))
     out.failed = int(np.count_nonzero(in_window & ((flags & SEND_FAILED) != 0)))

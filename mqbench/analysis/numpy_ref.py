@@ -20,7 +20,6 @@ from mqbench.analysis.plan import CellPlan, plan_cell
 from mqbench.analysis.summary import CellSummary, build_summary
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
-from mqbench.records.intended import intended_ns_array
 
 
 def _hist_by_sort(values: np.ndarray, bits: int | None = None) -> Hist:
@@ -35,12 +34,6 @@ def _hist_by_sort(values: np.ndarray, bits: int | None = None) -> Hist:
     return ordered[starts], counts.astype(np.int64)
 
 
-def _in_window(plan: CellPlan, pub: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    intended = intended_ns_array(plan.start_ns, plan.rate, plan.publishers, pub, seq)
-    ok = (pub < plan.publishers) & (intended >= plan.win_start) & (intended < plan.win_end)
-    return intended, ok
-
-
 def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
     """Exact aggregates of one cell computed directly from whole record files."""
     agg = CellAggregate()
@@ -51,7 +44,7 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
     for path in plan.send_files:
         rec = read_records(path)
         agg.send_records += rec.size
-        intended, win = _in_window(plan, rec["pub"], rec["seq"])
+        intended, win = plan.in_window(rec["pub"], rec["seq"])
         ok = win & ((rec["sub"] & SEND_OK) != 0)
         agg.sent += int(ok.sum())
         agg.send_failed += int((win & ((rec["sub"] & SEND_FAILED) != 0)).sum())
@@ -72,7 +65,7 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
         if bins:
             idx = (t_recv[in_win] - plan.win_start) // 1_000_000_000
             per_second += np.bincount(idx, minlength=bins)[:bins]
-        intended, win = _in_window(plan, rec["pub"], rec["seq"])
+        intended, win = plan.in_window(rec["pub"], rec["seq"])
         sel = rec[win]
         slot = route_slots(plan, sel["pub"], sel["sub"])
         agg.unrouted += int((slot < 0).sum())

@@ -31,7 +31,7 @@ from mqbench.records.integrity import (
     expected_record_files,
     writer_shortfalls,
 )
-from mqbench.records.intended import intended_ns
+from mqbench.records.intended import intended_in_window, intended_ns
 from mqbench.records.timing import WakeupFloor
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
@@ -98,6 +98,13 @@ class CellPlan:
     """Workers whose record files hold fewer records than they said they wrote."""
     error: str | None = None
     """The manifest's one line on why the cell ended early (interrupted cells)."""
+
+    def in_window(self, pub: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Intended send time of each (pub, seq) record and whether it is measured (a
+        publisher of the cell, intended inside ``[win_start, win_end)``)."""
+        return intended_in_window(
+            self.start_ns, self.rate, self.publishers, (self.win_start, self.win_end), pub, seq
+        )
 
     @property
     def window_ns(self) -> int:

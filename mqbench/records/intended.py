@@ -19,6 +19,21 @@ def intended_ns_array(
     return np.int64(start_ns) + offset
 
 
+def intended_in_window(
+    start_ns: int,
+    rate: float,
+    publishers: int,
+    window: tuple[int, int],
+    pub: np.ndarray,
+    seq: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intended send time of each (pub, seq) record and whether it counts: a publisher of
+    the cell whose message was intended inside ``window`` ``[start, end)``."""
+    intended = intended_ns_array(start_ns, rate, publishers, pub, seq)
+    mask = (pub < publishers) & (intended >= window[0]) & (intended < window[1])
+    return intended, mask
+
+
 def first_seq_at_or_after(rate: float, publishers: int, pub: int, start_ns: int, t_ns: int) -> int:
     """Smallest ``seq`` whose intended time is >= ``t_ns`` (for window bounds)."""
     if t_ns <= start_ns:

@@ -17,7 +17,6 @@ import numpy as np
 from mqbench.analysis.kernel import Hist, histogram, merge_hists, read_chunk
 from mqbench.analysis.plan import CellPlan
 from mqbench.records.format import LAT_UNIT_NS, RECORD_SIZE
-from mqbench.records.intended import intended_ns_array
 
 CDF_CHUNK: Final = 1 << 22
 """Records read at once (4M records, 96 MiB)."""
@@ -33,9 +32,7 @@ def latency_hist_from_records(plan: CellPlan, chunk_records: int = CDF_CHUNK) ->
         for offset in range(0, total, chunk_records):
             rec = read_chunk(path, offset, min(chunk_records, total - offset))
             pub, seq = rec["pub"], rec["seq"]
-            intended = intended_ns_array(plan.start_ns, plan.rate, plan.publishers, pub, seq)
-            keep = (pub < plan.publishers) & (intended >= plan.win_start)
-            keep &= intended < plan.win_end
+            intended, keep = plan.in_window(pub, seq)
             t_recv = rec["t_sent"][keep] + rec["lat"][keep].astype(np.int64) * LAT_UNIT_NS
             hists.append(histogram((t_recv - intended[keep]) // LAT_UNIT_NS))
     return merge_hists(hists)
