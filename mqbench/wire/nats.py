@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from mqbench.errors import TransportError
+from mqbench.wire.framing import FramedParser
 
 CRLF: Final = b"\r\n"
 PING: Final = b"PING\r\n"
@@ -190,7 +191,7 @@ def _show(line: bytes, limit: int = 80) -> str:
 # --------------------------------------------------------------------------- parser
 
 
-class NatsParser:
+class NatsParser(FramedParser):
     """Incremental parser of server -> client NATS frames.
 
     Register a handler per subscription id with ``set_handler``; call ``feed`` with each
@@ -199,13 +200,10 @@ class NatsParser:
 
     __slots__ = (
         "_cache",
-        "_chunks",
         "_handlers",
         "_last_handler",
         "_last_line",
         "_last_size",
-        "_need",
-        "_pending",
         "on_err",
         "on_info",
         "on_ok",
@@ -224,6 +222,7 @@ class NatsParser:
         on_err: Callable[[str], None] = _ignore_err,
         on_unhandled: UnhandledMsg | None = None,
     ) -> None:
+        super().__init__()
         self.on_info = on_info
         self.on_ping = on_ping
         self.on_pong = on_pong
@@ -232,9 +231,6 @@ class NatsParser:
         self.on_unhandled = on_unhandled
         self._handlers: dict[int, MsgHandler] = {}
         self._cache: dict[bytes, tuple[int, int, str, str | None]] = {}
-        self._chunks: list[bytes] = []
-        self._pending = 0
-        self._need = 0
         self._last_line = _NO_LINE
         self._last_size = 0
         self._last_handler: MsgHandler = _drop
@@ -248,27 +244,6 @@ class NatsParser:
         """Stop delivering subscription ``sid`` (later frames go to ``on_unhandled``)."""
         self._handlers.pop(sid, None)
         self._last_line = _NO_LINE
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not parsed yet (an incomplete frame)."""
-        return self._pending
-
-    def feed(self, data: bytes, t_recv_ns: int = 0) -> None:
-        """Parse ``data`` (any split of the stream) and dispatch every complete frame."""
-        if self._chunks:
-            self._chunks.append(data)
-            self._pending += len(data)
-            if self._pending < self._need:
-                return
-            data = b"".join(self._chunks)
-            self._chunks = []
-            self._pending = 0
-        pos = self._parse(data, t_recv_ns)
-        if pos < len(data):
-            rest = data[pos:]
-            self._chunks = [rest]
-            self._pending = len(rest)
 
     def _parse(self, data: bytes, t_recv_ns: int) -> int:
         """Dispatch complete frames in ``data``; return where the incomplete tail starts.

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Final, TypeAlias
 
 from mqbench.errors import TransportError
+from mqbench.wire.framing import FramedParser
 
 CRLF: Final = b"\r\n"
 
@@ -156,7 +157,7 @@ def _show(data: bytes, limit: int = 60) -> str:
 # --------------------------------------------------------------------------- parser
 
 
-class RespParser:
+class RespParser(FramedParser):
     """Incremental parser of server -> client RESP2 for Pub/Sub and publish connections.
 
     Register a handler per channel with ``set_handler``; call ``feed`` with each chunk read
@@ -165,15 +166,12 @@ class RespParser:
     """
 
     __slots__ = (
-        "_chunks",
         "_handlers",
         "_last_handler",
         "_last_int",
         "_last_int_value",
         "_last_prefix",
         "_last_size",
-        "_need",
-        "_pending",
         "_prefixes",
         "on_integers",
         "on_reply",
@@ -187,13 +185,11 @@ class RespParser:
     ) -> None:
         """``on_integers(value, count)`` receives integer replies in runs; when it is None
         they go to ``on_reply`` one by one."""
+        super().__init__()
         self.on_reply = on_reply
         self.on_integers = on_integers
         self._handlers: dict[bytes, PushHandler] = {}
         self._prefixes: dict[bytes, tuple[int, PushHandler]] = {}
-        self._chunks: list[bytes] = []
-        self._pending = 0
-        self._need = 0
         self._last_prefix = _NO_PREFIX
         self._last_size = 0
         self._last_handler: PushHandler = _drop
@@ -214,27 +210,6 @@ class RespParser:
         self._prefixes.clear()
         self._last_prefix = _NO_PREFIX
         self._last_handler = _drop
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not parsed yet (an incomplete frame)."""
-        return self._pending
-
-    def feed(self, data: bytes, t_recv_ns: int = 0) -> None:
-        """Parse ``data`` (any split of the stream) and dispatch every complete frame."""
-        if self._chunks:
-            self._chunks.append(data)
-            self._pending += len(data)
-            if self._pending < self._need:
-                return
-            data = b"".join(self._chunks)
-            self._chunks = []
-            self._pending = 0
-        pos = self._parse(data, t_recv_ns)
-        if pos < len(data):
-            rest = data[pos:]
-            self._chunks = [rest]
-            self._pending = len(rest)
 
     def _parse(self, data: bytes, t_recv_ns: int) -> int:
         """Dispatch complete frames in ``data``; return where the incomplete tail starts."""
