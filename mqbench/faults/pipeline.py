@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from mqbench.faults.toxics import (
     BandwidthPacer,
@@ -104,8 +105,25 @@ class Stage:
     """One toxic on one stream of one connection; the base class passes items unchanged.
 
     ``affected`` is the toxicity roll: an unaffected stage behaves as a noop (Toxiproxy runs
-    its noop toxic on the stub instead).
+    its noop toxic on the stub instead). Each stage class names the toxic types it runs
+    (``toxic_types``); ``STAGES`` maps every type of ``toxics.TOXIC_TYPES`` to its class.
     """
+
+    toxic_types: ClassVar[tuple[str, ...]] = ("noop", "reset_peer")
+    """``reset_peer``'s timer is the link's (``Link``); on the stream it passes data."""
+
+    @classmethod
+    def create(
+        cls,
+        pipeline: Pipeline,
+        toxic: Toxic,
+        affected: bool,
+        rng: random.Random,
+        replaces: Stage | None,
+    ) -> Stage:
+        """The stage for ``toxic`` (``replaces``: the stage of the same toxic before an
+        update; ``rng``: the proxy's seeded random source)."""
+        return cls(pipeline, toxic, affected)
 
     def __init__(self, pipeline: Pipeline, toxic: Toxic, affected: bool) -> None:
         """Prepare the stage; ``Pipeline.append`` / ``replace`` start it."""
@@ -148,6 +166,20 @@ class Stage:
 class LatencyStage(Stage):
     """Delays every chunk as Toxiproxy's latency toxic does (see ``latency_step``)."""
 
+    toxic_types = ("latency",)
+
+    @classmethod
+    def create(
+        cls,
+        pipeline: Pipeline,
+        toxic: Toxic,
+        affected: bool,
+        rng: random.Random,
+        replaces: Stage | None,
+    ) -> Stage:
+        """A latency stage drawing its jitter from ``rng``."""
+        return cls(pipeline, toxic, affected, rng)
+
     def __init__(
         self, pipeline: Pipeline, toxic: Toxic, affected: bool, rng: random.Random
     ) -> None:
@@ -167,6 +199,8 @@ class LatencyStage(Stage):
 
 class BandwidthStage(Stage):
     """Paces the stream to the toxic's ``rate`` (pieces of at most 20 ms, see the pacer)."""
+
+    toxic_types = ("bandwidth",)
 
     def __init__(self, pipeline: Pipeline, toxic: Toxic, affected: bool) -> None:
         """Limit to the toxic's ``rate`` KB/s."""
@@ -195,6 +229,8 @@ class BandwidthStage(Stage):
 class SlowCloseStage(Stage):
     """Passes data; holds the end of the stream for the toxic's ``delay`` ms."""
 
+    toxic_types = ("slow_close",)
+
     async def process(self, item: Item) -> None:
         """Pass a chunk on; pass the end on ``delay`` ms later."""
         if isinstance(item, End):
@@ -204,6 +240,8 @@ class SlowCloseStage(Stage):
 
 class TimeoutStage(Stage):
     """Drops the stream's data (the connection-level timer closes it, see ``Link``)."""
+
+    toxic_types = ("timeout",)
 
     async def process(self, item: Item) -> None:
         """Drop a chunk; pass the end on."""
@@ -215,6 +253,21 @@ class TimeoutStage(Stage):
 
 class LimitDataStage(Stage):
     """Passes ``bytes`` bytes of the stream, then ends it with a close of the connection."""
+
+    toxic_types = ("limit_data",)
+
+    @classmethod
+    def create(
+        cls,
+        pipeline: Pipeline,
+        toxic: Toxic,
+        affected: bool,
+        rng: random.Random,
+        replaces: Stage | None,
+    ) -> Stage:
+        """A limit that goes on counting from the stage it replaces (an update)."""
+        previous = replaces.counter if isinstance(replaces, LimitDataStage) else None
+        return cls(pipeline, toxic, affected, previous)
 
     def __init__(
         self, pipeline: Pipeline, toxic: Toxic, affected: bool, counter: LimitCounter | None
@@ -255,18 +308,15 @@ def make_stage(
     replaces: Stage | None = None,
 ) -> Stage:
     """The stage for ``toxic`` (``replaces``: the stage of the same toxic before an update)."""
-    if toxic.type == "latency":
-        return LatencyStage(pipeline, toxic, affected, rng)
-    if toxic.type == "bandwidth":
-        return BandwidthStage(pipeline, toxic, affected)
-    if toxic.type == "slow_close":
-        return SlowCloseStage(pipeline, toxic, affected)
-    if toxic.type == "timeout":
-        return TimeoutStage(pipeline, toxic, affected)
-    if toxic.type == "limit_data":
-        previous = replaces.counter if isinstance(replaces, LimitDataStage) else None
-        return LimitDataStage(pipeline, toxic, affected, previous)
-    return Stage(pipeline, toxic, affected)  # noop, reset_peer (its timer is the link's)
+    return STAGES[toxic.type].create(pipeline, toxic, affected, rng, replaces)
+
+
+STAGES: Mapping[str, type[Stage]] = {
+    name: cls
+    for cls in (Stage, LatencyStage, BandwidthStage, SlowCloseStage, TimeoutStage, LimitDataStage)
+    for name in cls.toxic_types
+}
+"""The stage class of every toxic type (each class names its types)."""
 
 
 class Pipeline:

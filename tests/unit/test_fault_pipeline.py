@@ -12,8 +12,18 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from mqbench.faults.pipeline import EOF, Budget, Chunk, End, Item, Pipeline, make_stage
-from mqbench.faults.toxics import validate_toxic
+from mqbench.faults.pipeline import (
+    EOF,
+    STAGES,
+    Budget,
+    Chunk,
+    End,
+    Item,
+    Pipeline,
+    Stage,
+    make_stage,
+)
+from mqbench.faults.toxics import TOXIC_TYPES, validate_toxic
 
 
 def _run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -202,3 +212,10 @@ def test_the_budget_stops_the_reader_when_bytes_or_chunks_are_spent() -> None:
         assert budget._room.is_set()
 
     _run(body)
+
+
+def test_every_toxic_type_names_exactly_one_stage_class() -> None:
+    assert set(STAGES) == set(TOXIC_TYPES)
+    named = [name for cls in {*STAGES.values()} for name in cls.toxic_types]
+    assert sorted(named) == sorted(TOXIC_TYPES)
+    assert STAGES["noop"] is Stage and STAGES["reset_peer"] is Stage
