@@ -13,11 +13,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.resources.profiles import get_profile
+from mqbench.brokers.runtime.registry import runtime_capabilities
 from mqbench.errors import ScenarioError
 from mqbench.records.timing import WakeupFloor
 from mqbench.scenario.matrix import Cell
@@ -35,10 +35,10 @@ from mqbench.workload.realtime import (
     process_cpus,
 )
 
-CPUSET_RUNTIMES: Final = frozenset({"native"})
-"""Runtimes that pin a broker under a resources profile to ``Profile.cpuset`` (native: its
-cgroup's cpuset). A docker broker gets a CPU quota without a cpuset, so it may run on every
-CPU; the decision after start reads the CPUs from the kernel either way."""
+# A runtime whose profiles are cgroups (``RuntimeCapabilities.cgroup_profiles``, native)
+# pins a broker under a resources profile to ``Profile.cpuset``. A docker broker gets a CPU
+# quota without a cpuset, so it may run on every CPU; the decision after start reads the
+# CPUs from the kernel either way.
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,12 @@ class RunTiming:
         """Where the broker will run: a native profile's cpuset is its first CPUs."""
         scenario = self.scenario
         cpus = self.facts().cpus
-        if scenario.runtime == "external":
+        capabilities = runtime_capabilities(scenario.runtime)
+        if not capabilities.starts_broker:
             pid = scenario.broker.pid
             local = _loopback(scenario.broker.host)
             return BrokerPlacement(local, process_cpus([pid]) if pid else ())
-        if scenario.runtime in CPUSET_RUNTIMES and cell.resources:
+        if capabilities.cgroup_profiles and cell.resources:
             pinned = get_profile(cell.resources).cpuset(cpus)
             if pinned is not None:
                 return BrokerPlacement(True, pinned)
@@ -99,14 +100,15 @@ class RunTiming:
 
     def placement(self, broker: RunningBroker) -> BrokerPlacement:
         """Where the running broker may run, read from the kernel."""
-        if self.scenario.runtime == "external" and not _loopback(broker.endpoint.host):
+        starts_broker = runtime_capabilities(self.scenario.runtime).starts_broker
+        if not starts_broker and not _loopback(broker.endpoint.host):
             return BrokerPlacement(False)
         return BrokerPlacement(True, process_cpus(broker.pids))
 
     def decide(self, cell: Cell, placement: BrokerPlacement) -> RealtimeDecision:
         """The decision for ``cell`` with its broker at ``placement``."""
         generator = self.scenario.generator
-        if generator.engine == "spark":
+        if generator.distributed:
             mode = generator.realtime
             reason = "distributed load: the workers are Spark tasks"
             return RealtimeDecision(mode, None, f"auto: off, {reason}" if mode != "off" else "")
@@ -116,7 +118,7 @@ class RunTiming:
         """``ScenarioError`` (one line) when ``realtime: on`` cannot be honoured."""
         if self.scenario.generator.realtime != "on":
             return
-        if self.scenario.generator.engine == "spark":
+        if self.scenario.generator.distributed:
             raise ScenarioError(
                 "generator.realtime on: distributed load runs its workers as Spark tasks"
             )

@@ -115,7 +115,8 @@ def check_payloads(scenario: Scenario, cells: Sequence[Cell]) -> None:
         definition = get_definition(cell.target)
         client = resolve_client(definition.transport, cell.client)
         limits = [get_transport(client).capabilities.max_payload]
-        if definition.payload_limit is not None and scenario.runtime != "external":
+        starts_broker = runtime_capabilities(scenario.runtime).starts_broker
+        if definition.payload_limit is not None and starts_broker:
             try:
                 limits.append(definition.payload_limit(options))
             except BrokerError as exc:
