@@ -218,6 +218,48 @@ def test_only_the_cli_exits_the_process() -> None:
     assert offenders == []
 
 
+def print_calls(tree: ast.Module) -> list[int]:
+    """Lines of ``print(...)`` calls and ``sys.stdout``/``sys.stderr`` writes outside
+    ``if __name__ == "__main__":`` blocks."""
+    programs = script_blocks(tree)
+    lines = []
+    for node in ast.walk(tree):
+        if id(node) in programs or not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (isinstance(func, ast.Name) and func.id == "print") or (
+            isinstance(func, ast.Attribute)
+            and func.attr == "write"
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr in ("stdout", "stderr")
+            and isinstance(func.value.value, ast.Name)
+            and func.value.value.id == "sys"
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_cli_prints() -> None:
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        name = module_name(path)
+        if part_of(name) in ("cli", "__main__") or path.name == "__main__.py":
+            continue  # a package's ``python -m`` entry point is a program of its own
+        tree = ast.parse(path.read_text())
+        if script_blocks(tree):
+            continue  # a ``python -m`` program (fault proxy, zenoh router): its ready line
+        offenders += [f"{name}:{line}" for line in print_calls(tree)]
+    assert offenders == []
+
+
+def test_the_print_check_sees_print_and_stream_writes_but_not_script_blocks() -> None:
+    tree = ast.parse(
+        "import sys\nprint('x')\nsys.stderr.write('y')\n"
+        "if __name__ == '__main__':\n    print('program')\n"
+    )
+    assert print_calls(tree) == [2, 3]
+
+
 @pytest.mark.parametrize(
     ("module", "target", "problem"),
     [
