@@ -14,6 +14,7 @@ from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
 from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, manifest_cell, plan_cell
 from mqbench.analysis.progress import ProgressFn, ProgressTracker
 from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
+from mqbench.analysis.series import write_cell_series
 from mqbench.analysis.summary import (
     SUMMARY_JSON,
     CellSummary,
@@ -191,6 +192,7 @@ def analyze_results(
             summary = build_summary(plan, agg)
             write_summary_json(plan.folder, summary)
             summaries.append(summary)
+            write_cell_series(plan)
         faults: dict[str, dict[str, Any]] = {}
         for k, cell in enumerate(chosen, 1):
             if cell.schedule is None or cell.window is None:

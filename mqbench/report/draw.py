@@ -240,6 +240,8 @@ def _draw_lines(ax: Any, panel: Panel, colors: dict[str, Any]) -> None:
     drawn = [s for s in panel.series if s.points]
     for x0, x1 in panel.shaded:
         ax.axvspan(x0, x1, color="0.85", zorder=0, linewidth=0)
+    for x in panel.marked_x:
+        ax.axvline(x, color="0.3", linestyle=":", linewidth=1.0, zorder=0)
     if panel.ideal and drawn:
         values = [v for s in drawn for p in s.points for v in (float(p.x), p.y) if v > 0]
         lo, hi = min(values), max(values)
@@ -450,3 +452,18 @@ def save_figure(fig: NamedFigure, folder: Path) -> list[Path]:
             f"--figures {folder}: cannot write {path}: {exc.strerror or exc}"
         ) from None
     return paths
+
+
+def save_figure_as(fig: NamedFigure, path: Path) -> Path:
+    """Write the figure to ``path`` (its suffix, ``.png`` or ``.pdf``, decides the format)."""
+    if path.suffix not in (".png", ".pdf", ".svg"):
+        raise UsageError(f"--figure {path}: name a .png, .pdf or .svg file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with print_style():
+            fig.figure.savefig(
+                path, dpi=DPI, metadata={"CreationDate": None} if path.suffix == ".pdf" else None
+            )
+    except OSError as exc:
+        raise UsageError(f"--figure {path}: cannot write ({exc.strerror or exc})") from None
+    return path

@@ -16,7 +16,9 @@ repeat, and the figure says so). Figures:
 - ``latency-load`` and ``delivered-offered`` (when the offered load varies): p50/p99 against
   the offered load, and delivered against offered deliveries per second with the ideal line;
 - ``latency-cdf``: the CDF and its tail (1 - CDF on a log axis) side by side, a line per
-  cell, computed from the delivery records.
+  cell, computed from the delivery records;
+- ``timeseries-<cell>``: throughput and p50/p99 second by second, fault windows shaded
+  (:mod:`mqbench.report.timeseries`).
 
 A figure exists only for an axis that varies in the scenarios' matrices
 (:class:`~mqbench.report.axes.ReportAxes`); other varying axes split it into one figure per
@@ -49,6 +51,7 @@ from mqbench.report.plotdata import (
     Stat,
 )
 from mqbench.report.tables import MIN_REPEATS, size_axes, spread_axis
+from mqbench.report.timeseries import timeseries
 
 CDF_MAX_LINES: Final = 10
 SCALING_NAMES: Final = {
@@ -501,4 +504,4 @@ def build_figures(
         figs += latency_by_qos(aggs, axes)
     figs += load_charts(aggs, axes)
     figs += latency_cdfs(cells, axes)
-    return figs
+    return figs + timeseries(cells)

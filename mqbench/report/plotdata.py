@@ -89,6 +89,8 @@ class Panel:
     """Draw the line y = x (delivered equal to offered)."""
     shaded: tuple[tuple[float, float], ...] = ()
     """x ranges to shade (fault windows on a time axis)."""
+    marked_x: tuple[float, ...] = ()
+    """x values to mark with a dotted vertical line (step changes in a history)."""
 
     @property
     def marks(self) -> tuple[Mark, ...]:
