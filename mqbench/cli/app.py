@@ -21,6 +21,7 @@ from mqbench.cli.errors import guarded
 from mqbench.cli.output import (
     View,
     console,
+    err_console,
     parse_format,
     people,
     print_analysis,
@@ -30,7 +31,7 @@ from mqbench.cli.output import (
     to_json,
     write_raw,
 )
-from mqbench.cli.report_cmd import compare, report
+from mqbench.cli.report_cmd import compare, history, report
 from mqbench.errors import UsageError
 from mqbench.records.hadoop_fs import RemoteRoot, parse_location
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from mqbench.brokers.runtime.availability import TargetAvailability
     from mqbench.calibration.use import CalibrationCheck
     from mqbench.records.cell_entry import CellEntry
+    from mqbench.workload.metrics_endpoint import MetricsEndpoint
     from mqbench.workload.outline import RunOutline
 
 STRICT_EXIT_CODE: Final = 4
@@ -173,6 +175,15 @@ def run(
             "saturated, broker exited, sends failed, records truncated), for CI.",
         ),
     ] = False,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            metavar="ADDRESS",
+            help="Serve OpenMetrics at http://ADDRESS/metrics while the run goes on "
+            "(PORT or HOST:PORT; host 127.0.0.1 by default; docs/results.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run a scenario: start brokers, drive open-loop load, record, analyse.
 
@@ -214,7 +225,14 @@ def run(
         _print_calibration_notes(check, people(view.fmt))
         _print_runtime_notes(scenario, people(view.fmt))
         run_args = RunArgs(data, scenario_file, out_root, selected, no_analyze, master, view)
-        return _run(scenario, run_args, check, strict)
+        if metrics is None:
+            return _run(scenario, run_args, check, strict)
+        from mqbench.workload.live_metrics import parse_address
+        from mqbench.workload.metrics_endpoint import MetricsEndpoint
+
+        with MetricsEndpoint(*parse_address(metrics)) as endpoint:
+            err_console.print(f"metrics: {endpoint.url}")
+            return _run(scenario, run_args, check, strict, endpoint)
 
     code = guarded(go)
     if code:
@@ -302,7 +320,13 @@ class RunArgs:
     view: View
 
 
-def _run(scenario: Any, args: RunArgs, check: CalibrationCheck, strict: bool) -> int:
+def _run(
+    scenario: Any,
+    args: RunArgs,
+    check: CalibrationCheck,
+    strict: bool,
+    endpoint: MetricsEndpoint | None = None,
+) -> int:
     from mqbench.analysis.numpy_ref import analyze_cell_numpy
     from mqbench.cli.progress import RichReporter
     from mqbench.records.manifest import command_line
@@ -316,7 +340,7 @@ def _run(scenario: Any, args: RunArgs, check: CalibrationCheck, strict: bool) ->
         scenario_data=args.data,
         out_root=args.out,
         argv=command_line(),
-        reporter=RichReporter(target),
+        reporter=endpoint.reporter(RichReporter(target)) if endpoint else RichReporter(target),
         only=(lambda c: c.id in selected) if selected else None,
         calibration=check.manifest_record(),
         evaluate=analyze_cell_numpy,
@@ -570,6 +594,7 @@ def version() -> None:
 
 
 app.command()(report)
+app.command()(history)
 app.command()(compare)
 app.command()(calibrate)
 

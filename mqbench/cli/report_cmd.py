@@ -206,3 +206,68 @@ def _write_error(
     # --out itself may be what cannot be written: the original error is the one to report
     with contextlib.suppress(UsageError):
         _write(text, out)
+
+
+def history(
+    result_dirs: Annotated[
+        list[str],
+        typer.Argument(metavar="RESULT_DIR...", help="Two or more result folders (any order)."),
+    ],
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            metavar="M,...",
+            help="Metrics to follow (default throughput,p50,p99): throughput, p50, p95, p99, "
+            "p999, max, loss, cpu, rss.",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            metavar="PCT",
+            help="A change larger than PCT % whose 95 % intervals do not overlap is a step.",
+        ),
+    ] = 10.0,
+    fmt: Annotated[str, typer.Option("--format", help="Output: text, csv or json.")] = "text",
+    figure: Annotated[
+        Path | None,
+        typer.Option("--figure", metavar="FILE", help="Also draw the history (.png or .pdf)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the table to FILE.")
+    ] = None,
+) -> None:
+    """Chosen metrics of each cell across runs, in time order, with step changes flagged.
+
+    Exit code 0 whether or not there are steps (the table and the JSON say which).
+
+    Example: mqbench history results/ci-smoke/* --metric throughput,p99 --figure trend.png
+    """
+
+    def go() -> None:
+        from mqbench.report.draw import NamedFigure, draw, save_figure_as
+        from mqbench.report.history import (
+            build_history,
+            history_figure,
+            parse_metrics,
+            render_csv,
+            render_json,
+            render_text,
+        )
+
+        renderers = {"text": render_text, "csv": render_csv, "json": render_json}
+        if fmt not in renderers:
+            raise UsageError(f"--format {fmt!r}: choose text, csv or json")
+        if threshold <= 0:
+            raise UsageError(f"--threshold {threshold:g}: must be above 0")
+        folders = [_local_folder(text, "history") for text in result_dirs]
+        result = build_history(folders, parse_metrics(metric), threshold / 100.0)
+        _write(renderers[fmt](result), out)
+        if figure is not None:
+            data = history_figure(result)
+            save_figure_as(NamedFigure(data, draw(data)), figure)
+            err_console.print(f"figure: {figure}")
+
+    guarded(go)
