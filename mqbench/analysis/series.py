@@ -19,6 +19,7 @@ the window's edges.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -33,6 +34,7 @@ import numpy as np
 from mqbench.analysis.kernel import Hist, histogram, merge_hists, read_chunk
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.summary import nearest_rank
+from mqbench.errors import AnalysisError
 from mqbench.records.format import LAT_UNIT_NS, RECORD_SIZE
 from mqbench.records.intended import intended_ns_array
 
@@ -159,12 +161,12 @@ def series_csv(rows: list[Second]) -> str:
     return buf.getvalue()
 
 
-def hdr_log(plan: CellPlan, hists: list[Hist], path: Path) -> None:
-    """Write ``hists`` as an HdrHistogram interval log (values in ns) to ``path``."""
+def hdr_log(plan: CellPlan, hists: list[Hist]) -> str:
+    """``hists`` as an HdrHistogram interval log (values in ns)."""
     from hdrh.histogram import HdrHistogram
     from hdrh.log import HistogramLogWriter
 
-    with path.open("w", encoding="ascii") as out:
+    with io.StringIO() as out:
         writer = HistogramLogWriter(out)
         writer.output_comment(f"mqbench cell {plan.cell_id}: latency from intended send (ns)")
         writer.output_log_format_version()
@@ -182,6 +184,7 @@ def hdr_log(plan: CellPlan, hists: list[Hist], path: Path) -> None:
                 hdr.record_value(value, count)
             end = min(i + 1.0, (plan.win_end - plan.win_start) / 1e9)
             writer.output_interval_histogram(hdr, float(i), end)
+        return out.getvalue()
 
 
 def write_cell_series(plan: CellPlan) -> list[Second]:
@@ -189,13 +192,21 @@ def write_cell_series(plan: CellPlan) -> list[Second]:
     hists = second_hists(plan)
     rows = seconds_of(plan, hists)
     folder = Path(plan.folder)
-    tmp = folder / f".{SERIES_CSV}.tmp"
-    tmp.write_text(series_csv(rows), encoding="utf-8")
-    tmp.replace(folder / SERIES_CSV)
-    hdr_tmp = folder / f".{HDR_LOG}.tmp"
-    hdr_log(plan, hists, hdr_tmp)
-    hdr_tmp.replace(folder / HDR_LOG)
+    _atomic_write(folder / SERIES_CSV, series_csv(rows))
+    _atomic_write(folder / HDR_LOG, hdr_log(plan, hists))
     return rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file that never outlives a failure."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AnalysisError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def read_series(folder: Path) -> list[Second]:
