@@ -89,3 +89,19 @@ def test_the_report_draws_each_cell_over_time_with_fault_windows_shaded(tmp_path
     fig = next(f.figure for f in rep.figures if f.name == "timeseries-c0")
     assert len(fig.axes[0].patches) == 1  # the shaded fault window
     assert "Shaded: fault windows" in data.note
+
+
+def test_bucketing_before_recording_leaves_the_hdrhistogram_unchanged() -> None:
+    import numpy as np
+    from hdrh.histogram import HdrHistogram
+
+    from mqbench.analysis.series import HDR_DIGITS, HDR_HIGHEST_NS, hdr_floor
+
+    values = np.random.default_rng(1).integers(1, HDR_HIGHEST_NS, 5000)
+    exact, floored = (HdrHistogram(1, HDR_HIGHEST_NS, HDR_DIGITS) for _ in range(2))
+    for v in values.tolist():
+        exact.record_value(v)
+    for v in hdr_floor(values).tolist():
+        floored.record_value(v)
+    assert exact.encode() == floored.encode()
+    assert np.unique(hdr_floor(values)).size < values.size
