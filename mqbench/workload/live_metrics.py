@@ -196,6 +196,9 @@ class LiveMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        """Guards the counters (taken briefly by the coordinator's progress calls)."""
+        self._read_lock = threading.Lock()
+        """Guards reading the cell folders (a scrape), so progress never waits for it."""
         self._cells: dict[str, CellLive] = {}
         self.result_dir: Path | None = None
 
@@ -217,23 +220,25 @@ class LiveMetrics:
     def cell_finished(self, cell_id: str, entry: CellEntry) -> None:
         """The cell ended: its counters become the manifest's totals, its records are read
         to the end."""
-        with self._lock:
+        with self._read_lock:
             live = self._cells.get(cell_id)
             if live is None:
                 return
-            if entry.totals is not None:
-                live.sent, live.received = entry.totals.sent, entry.totals.received
-            live.running = False
-            live.connected = 0
             live.refresh()
+            with self._lock:
+                if entry.totals is not None:
+                    live.sent, live.received = entry.totals.sent, entry.totals.received
+                live.running = False
+                live.connected = 0
 
     def snapshot(self) -> list[CellLive]:
         """Every cell, refreshed from its folder (called by a scrape)."""
-        with self._lock:
-            for live in self._cells.values():
+        with self._read_lock:
+            cells = list(self._cells.values())
+            for live in cells:
                 if live.running:
                     live.refresh()
-            return list(self._cells.values())
+        return cells
 
     def collect(self) -> Iterator[Any]:
         """The metric families of a scrape (a prometheus_client collector)."""
