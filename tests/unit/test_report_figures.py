@@ -243,7 +243,8 @@ def test_cli_table_report_and_figures_label_aggregates_identically(
 def test_no_figure_or_table_for_an_axis_that_does_not_vary(tmp_path: Path) -> None:
     one = {**PAIRS_SCENARIO, "targets": ["mosquitto"], "workload": {"pairs": [2]}}
     rep = build_report([scenario_run(tmp_path / "one", one, messages=5)], "md", tmp_path / "f")
-    assert [f.name for f in rep.figures] == ["latency-cdf", "timeseries-mosquitto-1KiB-2pairs"]
+    names = [f.name for f in rep.figures]
+    assert names == ["latency-cdf", "timeseries-mosquitto-1KiB-2pairs-1000hz-qos0"]
     assert [t.key for t in rep.tables] == ["cells"]
     assert rep.tables[0].header[:3] == ["cell", "target", "n"]
     grow = {**one, "workload": {"pairs": [2, 10]}}
