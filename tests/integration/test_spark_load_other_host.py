@@ -7,10 +7,11 @@ deliver every message and leave every record in the driver's result folder."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ from mqbench.workload.spark_engine import spark_context, stop_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
+# What the executor runs from (the interpreter's environment, Spark, the mqbench source):
+# on a real other host these are installed at the same paths (docs/distributed.md).
+CHECKOUT = (Path(sys.prefix), SPARK_HOME, Path(__file__).resolve().parents[2])
 CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2"}
 
 
@@ -60,15 +64,32 @@ class OtherHost:
         subprocess.run(["ip", "link", "del", self.veth], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=10)
 
-    def command(self, argv: list[str]) -> list[str]:
-        """``argv`` run on the other host with a private, empty ``/tmp`` (same PID: every
-        step execs the next)."""
-        script = 'mount -t tmpfs mqbench-private /tmp && exec "$@"'
+    def command(self, argv: list[str], keep: Sequence[Path] = ()) -> list[str]:
+        """``argv`` run on the other host with a private ``/tmp`` (same PID: every step
+        execs the next). The private ``/tmp`` is empty except for the ``keep`` folders that
+        lie under ``/tmp`` (the checkout and its ``.venv`` when cloned there): each is
+        opened before the tmpfs hides it and bind-mounted back through its descriptor."""
         return [
             "ip", "netns", "exec", self.netns,
             "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, "sh", *argv,
+            "sh", "-c", private_tmp_script(keep), "sh", *argv,
         ]  # fmt: skip
+
+
+def private_tmp_script(keep: Sequence[Path]) -> str:
+    """The shell that mounts an empty tmpfs on ``/tmp``, carries the ``keep`` folders under
+    ``/tmp`` over into it, then execs its arguments."""
+    under_tmp = sorted({p.resolve() for p in keep if p.resolve().is_relative_to("/tmp")})
+    under_tmp = [p for p in under_tmp if not any(p.is_relative_to(q) and p != q for q in under_tmp)]
+    opens = [f"exec {3 + i}<{shlex.quote(str(p))}" for i, p in enumerate(under_tmp)]
+    binds = [
+        f"mkdir -p {shlex.quote(str(p))} && "
+        f"mount --no-canonicalize --bind /proc/self/fd/{3 + i} {shlex.quote(str(p))} && "
+        f"exec {3 + i}<&-"
+        for i, p in enumerate(under_tmp)
+    ]
+    steps = [*opens, "mount -t tmpfs mqbench-private /tmp", *binds, 'exec "$@"']
+    return " && ".join(steps)
 
 
 class SplitCluster(Cluster):
@@ -101,7 +122,11 @@ class SplitCluster(Cluster):
         ]  # fmt: skip
         log = (self.root / "worker.log").open("wb")
         process = subprocess.Popen(
-            self.host.command(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/"
+            self.host.command(argv, keep=CHECKOUT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd="/",
         )
         log.close()
         self.processes.append(process)
@@ -166,3 +191,19 @@ def test_an_executor_on_another_host_without_the_drivers_disk_delivers_every_rec
     }
     # the executor's own CPU/RSS samples crossed over with its records
     assert {"generator", "generator:task-0@" + os.uname().nodename} <= roles
+
+
+def test_the_other_hosts_private_tmp_shows_the_checkout_and_hides_the_drivers_files(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a mount namespace needs root and unshare")
+    checkout = tmp_path / "clone"
+    (checkout / ".venv").mkdir(parents=True)
+    (checkout / ".venv" / "python").write_text("interpreter\n")
+    (tmp_path / "result.bin").write_text("the driver's")
+    look = f"cat {checkout}/.venv/python; test ! -e {tmp_path}/result.bin && echo hidden"
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+    argv += [private_tmp_script([checkout / ".venv", checkout]), "sh", "sh", "-c", look]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["interpreter", "hidden"], done.stderr
