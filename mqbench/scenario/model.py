@@ -475,6 +475,17 @@ class BrokerOptions(_Strict):
         return value
 
 
+class ZenohSettings(_Strict):
+    """How the zenoh clients of zenoh cells talk to the router (docs/transports.md)."""
+
+    shared_memory: bool = Field(
+        default=False,
+        description="zenoh's shared-memory transport: true lets sessions on one host hand "
+        "payloads over in /dev/shm, so only references cross the router; false (default) "
+        "sends every payload through the router's sockets, as every other broker is measured",
+    )
+
+
 class Scenario(_Strict):
     """A whole scenario file."""
 
@@ -496,6 +507,7 @@ class Scenario(_Strict):
     generator: Generator = Generator()
     broker: BrokerOptions = BrokerOptions()
     security: Security = Security()
+    zenoh: ZenohSettings = ZenohSettings()
     repeat: int = Field(default=1, ge=1, le=1000)
     seed: int = 1
     gate: Gate | None = Field(

@@ -37,7 +37,13 @@ zenoh guarantees on top of that is chosen with ``ClientOptions.extra``:
 * ``congestion_control``: ``"block"`` (default; never drop, block the publisher) or
   ``"drop"`` (drop samples when a queue is full),
 * ``express``: bool, default False (True sends each sample at once instead of batching),
-* ``priority``: 1-7 (zenoh priorities, 5 = data, the default).
+* ``priority``: 1-7 (zenoh priorities, 5 = data, the default),
+* ``shared_memory``: bool, default False (``transport/shared_memory/enabled``). eclipse-zenoh
+  turns it on by default, and then copies every payload above 3 KiB into a pool in
+  ``/dev/shm`` and sends only a reference when the session at the other end of a link is on
+  the same host: the router forwards references, not payloads. Off, every payload crosses
+  the router's sockets, the path every other broker is measured on (scenario key
+  ``zenoh.shared_memory``; docs/findings.md, experiment 1).
 
 ``ClientOptions.tls`` connects to a ``tls/<host>:<port>`` locator, verifying the router
 with ``transport/link/tls/root_ca_certificate`` (and mTLS with a client certificate).
@@ -132,12 +138,16 @@ def _options(extra: dict[str, Any]) -> dict[str, Any]:
     priority = extra.get("priority")
     if priority is not None and not (isinstance(priority, int) and 1 <= priority <= 7):
         raise TransportError(f"zenoh priority must be an integer from 1 to 7, got {priority!r}")
+    shared_memory = extra.get("shared_memory", False)
+    if not isinstance(shared_memory, bool):
+        raise TransportError(f"zenoh shared_memory must be true or false, got {shared_memory!r}")
     return {
         "reliability": reliability,
         "congestion_control": congestion,
         "express": bool(extra.get("express", False)),
         "priority": priority,
         "mode": mode,
+        "shared_memory": shared_memory,
     }
 
 
@@ -245,6 +255,7 @@ class ZenohClient:
             ("connect/timeout_ms", max(int(remaining * 1000), 100)),
             ("scouting/multicast/enabled", False),
             ("scouting/gossip/enabled", peer),
+            ("transport/shared_memory/enabled", self._settings["shared_memory"]),
         ]
         if peer:
             settings.append(("listen/endpoints", [f"tcp/{self._endpoint.host}:0"]))

@@ -141,6 +141,15 @@ class RunContext:
     """The run's real-time scheduling decisions, made per cell from its broker."""
 
 
+def protocol_params(scenario: Scenario, protocol: str) -> dict[str, object]:
+    """The scenario's protocol-specific client settings for a cell of ``protocol``: handed to
+    every client and recorded in the cell's manifest params with the protocol's prefix
+    (zenoh: ``shared_memory``, in params ``zenoh_shared_memory``)."""
+    if protocol == "zenoh":
+        return {"shared_memory": scenario.zenoh.shared_memory}
+    return {}
+
+
 class CellRun:
     """One cell from its folder to its manifest entry; ``run()`` lists the steps."""
 
@@ -279,6 +288,7 @@ class CellRun:
             client_extra={
                 "max_pending_bytes": pending_bound(scenario, cell),
                 "receive_stamp": generator.receive_stamp,
+                **protocol_params(scenario, self.transport),
             },
             security=self.ctx.security.client,
             realtime=timing.settings,
@@ -394,6 +404,10 @@ class CellRun:
             ),
             "layout": self.layout,
             "faults": faults.type if faults else None,
+            **{
+                f"{self.transport}_{key}": value
+                for key, value in protocol_params(scenario, self.transport).items()
+            },
         }
         return CellEntry(
             id=cell.id,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -196,6 +198,59 @@ def test_a_one_mib_payload_round_trips_between_our_clients(
     assert run("uvloop", scenario()) == [big, big[:64]]
 
 
+def bytes_from_router(router: RunningBroker) -> int:
+    """Bytes the router has sent to the open client connections (the kernel's count of each
+    client socket's ``bytes_received``, from ``ss``)."""
+    port = router.endpoint.port
+    done = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( dport = :{port} )"],
+        capture_output=True, text=True, check=True, timeout=10,
+    )  # fmt: skip
+    return sum(int(n) for n in re.findall(r"bytes_received:(\d+)", done.stdout))
+
+
+@pytest.mark.parametrize("shared_memory", [False, True])
+def test_one_mib_payloads_cross_the_routers_socket_unless_shared_memory_is_on(
+    router: RunningBroker, shared_memory: bool
+) -> None:
+    messages, big = 20, os.urandom(1 << 20)
+    key = f"mqbench/test/shm/{shared_memory}"
+
+    async def scenario() -> tuple[int, bool]:
+        arrived, got = asyncio.Event(), []
+
+        def on_message(payload: memoryview | bytes, t_recv_ns: int) -> None:
+            got.append(len(payload))
+            if len(got) == messages:
+                arrived.set()
+
+        settings = {} if not shared_memory else {"shared_memory": True}
+        sub = make_client(router.endpoint, **settings)
+        pub = make_client(router.endpoint, **settings)
+        await sub.connect()
+        await pub.connect()
+        await sub.subscribe(key, 0, on_message)
+        send = pub.sender(key, 0)
+        before = bytes_from_router(router)
+        for i in range(messages):
+            assert send(big, i)
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(arrived.wait(), 20)
+        written = bytes_from_router(router) - before
+        await pub.close()
+        await sub.close()
+        assert got == [len(big)] * messages
+        return written, bool(pub.settings["shared_memory"])
+
+    written, setting = run("uvloop", scenario())
+    assert setting is shared_memory
+    if shared_memory:
+        # only references crossed the router: the payloads went through /dev/shm
+        assert written < messages * len(big) / 10
+    else:
+        assert written >= messages * len(big)
+
+
 def test_a_listener_that_is_not_a_zenoh_router_fails_within_the_connect_timeout() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -213,6 +268,8 @@ def test_bad_options_and_keys_are_refused_with_clear_messages(router: RunningBro
         make_client(router.endpoint, congestion_control="maybe")
     with pytest.raises(TransportError, match="reliability must be one of reliable, best_effort"):
         make_client(router.endpoint, reliability="sometimes")
+    with pytest.raises(TransportError, match="shared_memory must be true or false, got 'yes'"):
+        make_client(router.endpoint, shared_memory="yes")
 
     async def scenario() -> list[str]:
         client = make_client(router.endpoint)

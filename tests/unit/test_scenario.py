@@ -168,3 +168,17 @@ def test_every_paper_scenario_says_in_one_line_what_to_change_and_that_change_fi
     scenario, _ = load_scenario(path, settings)
     this_machine = Limits(2, 20_000, 20_000, "the RLIMIT_NOFILE it inherits", 24 * 10**9)
     check_fits(scenario, expand(scenario), this_machine)
+
+
+def test_zenoh_shared_memory_is_off_unless_the_scenario_turns_it_on(tmp_path: Path) -> None:
+    from mqbench.workload.cell_run import protocol_params
+
+    path = write(tmp_path, "name: z\ntargets: [zenoh, nats]\n")
+    plain, _ = load_scenario(path)
+    assert plain.zenoh.shared_memory is False
+    assert protocol_params(plain, "zenoh") == {"shared_memory": False}
+    assert protocol_params(plain, "nats") == {}
+    on, _ = load_scenario(path, ["zenoh.shared_memory=true"])
+    assert protocol_params(on, "zenoh") == {"shared_memory": True}
+    with pytest.raises(ScenarioError, match=r"zenoh\.shm"):
+        load_scenario(write(tmp_path, "name: z\ntargets: [zenoh]\nzenoh: {shm: true}\n"))
