@@ -185,7 +185,9 @@ def test_an_executor_on_another_host_without_the_drivers_disk_delivers_every_rec
     deliveries = sum(p.stat().st_size for p in cell_dir.glob("deliveries-*.bin")) // RECORD_SIZE
     assert sends >= totals.sent and deliveries >= totals.received
     summary = analyze_cell_numpy(result.cells[0], cell_dir)
-    assert summary.received == 4 * 20 * 3 and summary.lost == 0 and summary.valid, summary.invalid_reasons
+    assert summary.received == 4 * 20 * 3 and summary.lost == 0 and summary.valid, (
+        summary.invalid_reasons
+    )
     roles = {
         line.split(",")[1] for line in (cell_dir / "resources.csv").read_text().splitlines()[1:]
     }
