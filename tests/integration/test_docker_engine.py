@@ -159,3 +159,28 @@ def test_the_toxiproxy_container_joins_the_brokers_network_and_cuts_connections(
         proxy.stop()
     assert wait_gone([proxy.project.name], within_s=10) == {}
     assert any(leftovers(broker.project.name).values())  # the broker's network is still there
+
+
+def test_network_host_puts_the_broker_on_loopback_with_no_proxy_in_between(
+    runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    broker = runtime.start(StartRequest("mosquitto", tmp_path, options={"network": "host"}))
+    try:
+        port = broker.endpoint.port
+        assert mqtt_probe("127.0.0.1", port, 5.0)
+        assert inspect(broker.containers[0].id)["HostConfig"]["NetworkMode"] == "host"
+        listening = {
+            c.laddr.ip
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
+        assert listening == {"127.0.0.1"}  # the broker itself, on loopback only
+        proxies = [
+            p.pid
+            for p in psutil.process_iter(["name", "cmdline"])
+            if p.info["name"] == "docker-proxy" and str(port) in (p.info["cmdline"] or [])
+        ]
+        assert proxies == []
+    finally:
+        broker.stop()
+    assert wait_gone([broker.project.name], within_s=10) == {}

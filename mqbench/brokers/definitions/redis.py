@@ -185,7 +185,7 @@ DEFINITION = BrokerDefinition(
             6379,
             native=RedisSpec,
             native_source="Debian package redis-server",
-            compose=ComposeEntry("redis.yaml", "redis"),
+            compose=ComposeEntry("redis.yaml", "redis", host_network=True),
             secured_container=SecuredContainer(
                 binary=PurePosixPath("/usr/local/bin/redis-server"),
                 # The redis image's Dockerfile creates user and group redis as 999.

@@ -51,6 +51,12 @@ class ComposeEntry:
     """Other published ports: variable -> container port (each gets a free host port)."""
     min_startup_s: float = 60.0
     """Start-up timeout floor: slow brokers get at least this long (first boot, JVM, DB)."""
+    host_network: bool = False
+    """The file takes ``MQBENCH_LISTEN_HOST``/``MQBENCH_LISTEN_PORT`` for the broker's
+    listener, so it can run on the host's network (the runtime option ``network: host``)."""
+    host_network_ports: tuple[str, ...] = ()
+    """Other listener variables that get a free host port on the host's network (NATS's
+    monitor port, which the healthcheck reads)."""
 
     def path(self, base: Path | None = None) -> Path:
         """The compose file's path."""

@@ -67,6 +67,7 @@ from mqbench.brokers.docker.images import (
     image_policy,
     image_problem,
 )
+from mqbench.brokers.docker.network import host_network_document, network_mode
 from mqbench.brokers.docker.project import ComposeProject, failed_services
 from mqbench.brokers.docker.security import (
     MOUNT_PRIVATE,
@@ -96,7 +97,7 @@ UP_GRACE_S = 60.0
 BUILD_GRACE_S = 900.0
 """Extra time when ``up`` builds an image (a buildable service whose image is nowhere)."""
 TAIL_LINES_ON_ERROR = 15
-RUNTIME_OPTIONS = frozenset({"resources", "profile", "bind"})
+RUNTIME_OPTIONS = frozenset({"resources", "profile", "bind", "network"})
 """Options the docker runtime understands for every target (``StartRequest.options``); a
 target's docker hooks may add their own (``DockerHooks.options``)."""
 
@@ -149,7 +150,10 @@ class DockerBroker:
     def start_fault_proxy(self) -> ContainerToxiproxy:
         """A Toxiproxy container on this project's network (``fault_proxy.py``)."""
         if self.site is None:
-            raise BrokerError(f"{self.project.name}: no network site known for a fault proxy")
+            raise BrokerError(
+                "faults.proxy 'container' joins the broker's bridge network; a broker on "
+                "the host's network (network: host) has none (use proxy: builtin)"
+            )
         if self._fault_proxy is None:
             docker = self.project.cli.binary() or "docker"
             self._fault_proxy = start_toxiproxy(self.site, docker)
@@ -325,6 +329,7 @@ class DockerRuntime:
                 f"unknown docker runtime option(s) {', '.join(unknown)} "
                 f"(known: {', '.join(sorted(known))})"
             )
+        network_mode(target, compose_entry(target), options)
         engine = self.engine()
         if not isinstance(engine, str):
             profile = get_profile(options.get("resources") or options.get("profile"))
@@ -387,17 +392,32 @@ class DockerRuntime:
             release_compose(launch.project.name)
         info = self._info(launch, request, images)
         endpoint = Endpoint(launch.endpoint_host, launch.ports[launch.entry.port_var])
-        site = BrokerSite(
+        return DockerBroker(
+            launch.project,
+            endpoint,
+            info,
+            containers,
+            reader,
+            inspect,
+            self._site(launch, request.workdir),
+        )
+
+    def _site(self, launch: _Launch, workdir: Path) -> BrokerSite | None:
+        """Where the broker is on its project's bridge network (None on the host's)."""
+        service = launch.resolved["services"][launch.entry.service]
+        if service.get("network_mode") == "host":
+            return None
+        port = launch.ports[launch.entry.port_var]
+        return BrokerSite(
             launch.project,
             launch.entry.service,
-            _container_port(launch.resolved, launch.entry.service, endpoint.port),
+            _container_port(launch.resolved, launch.entry.service, port),
             launch.bind,
             launch.facts.limits.nofile,
-            request.workdir,
+            workdir,
             self.folder,
             self._choose_images,
         )
-        return DockerBroker(launch.project, endpoint, info, containers, reader, inspect, site)
 
     def _prepare(self, request: StartRequest) -> _Launch:
         """Ports, variables and files of the project; nothing runs yet."""
@@ -435,11 +455,19 @@ class DockerRuntime:
             raise BrokerError(
                 f"cannot create broker work directory {request.workdir}: {exc}"
             ) from exc
+        network = network_mode(request.target, ct, opts)
         staged: StagedConfig | None = None
         if request.security is not None:
+            if network == "host":
+                raise BrokerError(
+                    f"{request.target}: network: host does not take TLS or users (the "
+                    "secured config listens on the container's port); use network: bridge"
+                )
             staged = self._stage_secured(
                 project, definition, ct, request.security, request, profile
             )
+        if network == "host":
+            self._host_network(project, ct, bind, ports, request.workdir)
         image_choices = self._choose_images(project, request.target)
         resolved = self._record_files(project, request.workdir)
         return _Launch(
@@ -509,6 +537,7 @@ class DockerRuntime:
             "variables": dict(project.variables),
             "profile": launch.profile.describe(),
             "nofile": facts.limits.nofile,
+            "network": network_mode(request.target, ct, request.options),
             "host": launch.endpoint_host,
             "bind": launch.bind,
             "port": launch.ports[ct.port_var],
@@ -609,6 +638,26 @@ class DockerRuntime:
                 f"not answer a TLS/login probe from here within {timeout_s:g} s; "
                 f"last log lines: {logs}"
             )
+
+    @staticmethod
+    def _host_network(
+        project: ComposeProject, ct: ComposeEntry, bind: str, ports: dict[str, int], workdir: Path
+    ) -> None:
+        """The project runs ``compose.hostnet.yaml``: the broker service on the host's
+        network, listening on ``bind`` and the chosen port itself (``network.py``)."""
+        project.variables["MQBENCH_LISTEN_HOST"] = bind
+        project.variables["MQBENCH_LISTEN_PORT"] = str(ports[ct.port_var])
+        for var in ct.host_network_ports:
+            ports[var] = free_port(bind)
+            project.variables[var] = str(ports[var])
+        document = host_network_document(load_compose(project.file), ct.service)
+        path = workdir / "compose.hostnet.yaml"
+        path.write_text(
+            "# written by mqbench (mqbench/brokers/docker/network.py) from "
+            f"{project.file.name}\n" + yaml.safe_dump(document, sort_keys=False),
+            encoding="utf-8",
+        )
+        project.file = path
 
     def _ports(
         self, ct: ComposeEntry, request: StartRequest, bind: str, remote: str | None
