@@ -540,6 +540,7 @@ def targets(fmt: FormatOption = "table") -> None:
                         for name in LISTED_RUNTIMES
                         if row.runtimes[name].reason
                     },
+                    **{f"{name}_verified": line for name, line in row.verified.items()},
                 }
                 for row in rows
             ]
@@ -584,6 +585,13 @@ def _print_targets(rows: Sequence[TargetAvailability], runtimes: Sequence[str]) 
         console.print("notes:")
         for line in notes:
             console.print(line, markup=False)
+    verified = [
+        (row.target.name, row.verified["docker"]) for row in rows if "docker" in row.verified
+    ]
+    if verified:
+        console.print("docker, what was verified here:")
+        for name, line in verified:
+            console.print(f"  {name}: {line}", markup=False)
     console.print("external: any target, with broker.port (and broker.pid to sample) set")
 
 

@@ -81,6 +81,7 @@ from mqbench.brokers.docker.stats import (
     ContainerStatsSource,
     sdk_stats_reader,
 )
+from mqbench.brokers.docker.verification import verify
 from mqbench.brokers.registry import compose_entry, docker_option_owners, get_definition
 from mqbench.brokers.resources.profiles import Profile, get_profile
 from mqbench.brokers.runtime.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
@@ -318,6 +319,17 @@ class DockerRuntime:
         except BrokerError as exc:
             return Availability(False, str(exc))
         return Availability(True, missing or "")
+
+    def verification(self, target: str) -> str | None:
+        """What was and was not verified of ``target`` in Docker here, in one line
+        (``verification.py``); None when the engine does not answer."""
+        if self.engine_problem() is not None:
+            return None
+        try:
+            engine = self._image_engine(self._sdk())
+            return verify(target, compose_images(target, self.folder), engine).describe()
+        except BrokerError as exc:
+            return f"images could not be looked up: {exc}"
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:
         """Only the docker runtime's own options (``known_options``); a resources profile
