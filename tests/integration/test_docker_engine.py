@@ -114,7 +114,7 @@ def throttled_periods(container_id: str) -> int:
     return int(stats["cpu_stats"]["throttling_data"]["throttled_periods"])
 
 
-def test_docker_stats_are_sampled_once_a_second_on_the_records_clock(
+def test_docker_stats_and_the_proxys_cpu_are_sampled_once_a_second_on_the_records_clock(
     broker: DockerBroker, tmp_path: Path
 ) -> None:
     source = broker.resource_source()
@@ -129,7 +129,8 @@ def test_docker_stats_are_sampled_once_a_second_on_the_records_clock(
     with (tmp_path / "resources.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     broker_rows = [r for r in rows if r["role"] == "broker"]
-    assert {r["role"] for r in rows} == {"broker", "broker:mosquitto"}
+    # docker-proxy: the userland proxy of the published port, outside the container
+    assert {r["role"] for r in rows} == {"broker", "broker:mosquitto", "docker-proxy"}
     assert len(broker_rows) >= 2
     stamps = [int(r["t_ns"]) for r in broker_rows]
     assert all(t0 <= t <= t1 for t in stamps)
@@ -181,6 +182,11 @@ def test_network_host_puts_the_broker_on_loopback_with_no_proxy_in_between(
             if p.info["name"] == "docker-proxy" and str(port) in (p.info["cmdline"] or [])
         ]
         assert proxies == []
+        source = broker.resource_source()
+        assert source is not None
+        source.sample(time.time_ns())
+        time.sleep(1.0)
+        assert "docker-proxy" not in {r.role for r in source.sample(time.time_ns())}
     finally:
         broker.stop()
     assert wait_gone([broker.project.name], within_s=10) == {}

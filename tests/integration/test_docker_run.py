@@ -68,7 +68,7 @@ def test_a_run_in_docker_delivers_everything_and_records_the_container(
     assert broker["nofile"] > 0
     with (run_dir(out) / "cells" / cell["id"] / "resources.csv").open() as fh:
         roles = {row["role"] for row in csv.DictReader(fh)}
-    assert {"broker", f"broker:{service}", "generator"} <= roles
+    assert {"broker", f"broker:{service}", "generator", "docker-proxy"} <= roles
     assert wait_gone([broker["project"]], within_s=5) == {}
 
 

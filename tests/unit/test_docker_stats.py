@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,11 +13,13 @@ import pytest
 from mqbench.brokers.docker.stats import (
     ContainerRef,
     ContainerStatsSource,
+    ProxyCpu,
     cgroup_version,
     cpu_cores,
     cpu_cores_from_stats,
     cpu_reading,
     memory_bytes,
+    proxy_pids,
 )
 from mqbench.brokers.resources.sampler import CSV_HEADER, ResourceSampler
 
@@ -189,3 +192,51 @@ def test_a_failing_source_does_not_stop_the_sampler(tmp_path: Path) -> None:
     sampler.add_source(Broken())
     assert sampler.sample_once() == []
     assert sampler.last_error == "RuntimeError: engine went away"
+
+
+class FakeProc:
+    """A ``psutil`` process row / process with set CPU times and RSS."""
+
+    def __init__(self, pid: int, argv: list[str], cpu: float = 0.0, rss: int = 0) -> None:
+        self.pid = pid
+        self.info = {"cmdline": argv}
+        self.cpu = cpu
+        self.rss = rss
+
+    def cpu_times(self) -> SimpleNamespace:
+        return SimpleNamespace(user=self.cpu * 0.25, system=self.cpu * 0.75)
+
+    def memory_info(self) -> SimpleNamespace:
+        return SimpleNamespace(rss=self.rss)
+
+
+PROXY = "/usr/sbin/docker-proxy -proto tcp -host-ip 127.0.0.1 -host-port {} -container-ip 1.2.3.4"
+
+
+def test_the_docker_proxies_of_the_published_ports_are_found_and_no_others() -> None:
+    rows = [
+        FakeProc(10, PROXY.format(41000).split()),
+        FakeProc(11, PROXY.format(41001).split()),
+        FakeProc(12, PROXY.format(50000).split()),
+        FakeProc(13, ["/usr/bin/python3", "-host-port", "41000"]),
+        FakeProc(14, []),
+    ]
+    assert proxy_pids([41000, 41001], rows) == [10, 11]
+
+
+def test_proxy_cpu_is_its_own_role_and_not_part_of_the_brokers_sum() -> None:
+    proxies = {20: FakeProc(20, [], cpu=1.0, rss=3_000_000)}
+    proxy_cpu = ProxyCpu([20], process=lambda pid: proxies[pid])
+    stats = {"c1": [load("cgroup_v1_oneshot_t0"), load("cgroup_v1_oneshot_t1")]}
+    source = ContainerStatsSource(
+        [ContainerRef("c1", "mosquitto", 1000)], lambda cid: stats[cid].pop(0), proxies=proxy_cpu
+    )
+    assert source.sample(1_000_000_000) == []  # baselines only
+    proxies[20].cpu = 1.5  # half a core over the next second
+    rows = source.sample(2_000_000_000)
+    assert [(r.role, round(r.cpu_cores, 6)) for r in rows] == [
+        ("broker", 1.5),
+        ("broker:mosquitto", 1.5),
+        ("docker-proxy", 0.5),
+    ]
+    assert rows[-1].rss_bytes == 3_000_000 and rows[-1].pid == 20

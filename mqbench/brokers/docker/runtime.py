@@ -40,7 +40,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,8 @@ from mqbench.brokers.docker.security import (
 from mqbench.brokers.docker.stats import (
     ContainerRef,
     ContainerStatsSource,
+    ProxyCpu,
+    proxy_pids,
     sdk_stats_reader,
 )
 from mqbench.brokers.docker.verification import verify
@@ -120,12 +122,14 @@ class DockerBroker:
         stats_reader: Callable[[str], Mapping[str, Any]] | None,
         inspect: ContainerInspector | None = None,
         site: BrokerSite | None = None,
+        proxy_ports: Sequence[int] = (),
     ) -> None:
         """Wrap a started project; ``containers`` are sampled through ``stats_reader`` and
         watched for exits through ``inspect`` (``APIClient.inspect_container``); ``site``
         says where the broker is on its network (for a Toxiproxy container next to it)."""
         self.project = project
         self.site = site
+        self._proxy_ports = list(proxy_ports)
         self._fault_proxy: ContainerToxiproxy | None = None
         self._endpoint = endpoint
         self._info = info
@@ -174,7 +178,9 @@ class DockerBroker:
         """Rows for ``resources.csv``: ``broker`` (summed) and ``broker:<service>``."""
         if self._stats_reader is None or not self.containers:
             return None
-        return ContainerStatsSource(self.containers, self._stats_reader)
+        pids = proxy_pids(self._proxy_ports) if self._proxy_ports else []
+        proxies = ProxyCpu(pids) if pids else None
+        return ContainerStatsSource(self.containers, self._stats_reader, proxies=proxies)
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of every service's log."""
@@ -406,7 +412,16 @@ class DockerRuntime:
             reader,
             inspect,
             self._site(launch, request.workdir),
+            self._proxied_ports(launch),
         )
+
+    def _proxied_ports(self, launch: _Launch) -> list[int]:
+        """Published ports whose ``docker-proxy`` runs on this machine (none on the host's
+        network or with a remote engine): their CPU is sampled as role ``docker-proxy``."""
+        service = launch.resolved["services"][launch.entry.service]
+        if service.get("network_mode") == "host" or engine_remote_host(self.cli.env):
+            return []
+        return sorted(launch.ports.values())
 
     def _site(self, launch: _Launch, workdir: Path) -> BrokerSite | None:
         """Where the broker is on its project's bridge network (None on the host's)."""

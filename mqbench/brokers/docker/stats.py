@@ -31,10 +31,14 @@ engine's host (``State.Pid``), an identifier only.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
+
+import psutil
 
 from mqbench.brokers.resources.sampler import Sample
 
@@ -147,11 +151,18 @@ class ContainerStatsSource:
     """Per-tick container samples for ``ResourceSampler`` (see the module docstring)."""
 
     def __init__(
-        self, containers: Sequence[ContainerRef], reader: StatsReader, role: str = "broker"
+        self,
+        containers: Sequence[ContainerRef],
+        reader: StatsReader,
+        role: str = "broker",
+        proxies: ProxyCpu | None = None,
     ) -> None:
-        """Sample ``containers`` through ``reader``; rows use ``role`` and ``role:<service>``."""
+        """Sample ``containers`` through ``reader``; rows use ``role`` and ``role:<service>``;
+        ``proxies`` add a ``docker-proxy`` row (not part of ``role``'s sum: it runs outside
+        the containers)."""
         self.containers = list(containers)
         self.role = role
+        self._proxies = proxies
         self._reader = reader
         self._prev: dict[str, CpuReading] = {}
         self._lock = threading.Lock()
@@ -170,8 +181,9 @@ class ContainerStatsSource:
                 row = self._sample_one(ref, t_ns)
                 if row is not None:
                     rows.append(row)
+            proxy = self._proxies.sample(t_ns) if self._proxies is not None else None
             if not rows:
-                return []
+                return [proxy] if proxy is not None else []
             total = Sample(
                 t_ns,
                 self.role,
@@ -179,7 +191,7 @@ class ContainerStatsSource:
                 sum(r.cpu_cores for r in rows),
                 sum(r.rss_bytes for r in rows),
             )
-            return [total, *rows]
+            return [total, *rows, *([proxy] if proxy is not None else [])]
 
     def _sample_one(self, ref: ContainerRef, t_ns: int) -> Sample | None:
         try:
@@ -199,3 +211,60 @@ class ContainerStatsSource:
         if cores is None:
             return None
         return Sample(t_ns, f"{self.role}:{ref.service}", ref.pid, cores, mem)
+
+
+PROXY_ROLE = "docker-proxy"
+"""``resources.csv`` role of the userland proxies that carry a container's published ports."""
+
+
+def proxy_pids(ports: Sequence[int], processes: Iterable[Any] | None = None) -> list[int]:
+    """PIDs of the ``docker-proxy`` processes publishing any of ``ports`` on this machine.
+
+    dockerd's default ``"userland-proxy": true`` starts one per published port (and address
+    family); it copies every byte of every client connection, outside the container, so
+    docker stats never counts its CPU. ``processes``: ``psutil.process_iter`` rows (tests).
+    """
+    wanted = {str(port) for port in ports}
+    found: list[int] = []
+    for proc in processes if processes is not None else psutil.process_iter(["cmdline"]):
+        argv: list[str] = proc.info.get("cmdline") or []
+        if not argv or PurePath(argv[0]).name != "docker-proxy" or "-host-port" not in argv:
+            continue
+        at = argv.index("-host-port") + 1
+        if argv[at : at + 1] and argv[at] in wanted:
+            found.append(int(proc.pid))
+    return sorted(found)
+
+
+class ProxyCpu:
+    """One ``docker-proxy`` row per tick: CPU (cores) and RSS of the proxies, summed."""
+
+    def __init__(self, pids: Sequence[int], process: Callable[[int], Any] = psutil.Process) -> None:
+        """Sample ``pids``; a proxy that is gone is left out."""
+        self._procs: list[Any] = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                self._procs.append(process(pid))
+        self._prev: dict[int, tuple[int, float]] = {}
+
+    def sample(self, t_ns: int) -> Sample | None:
+        """The proxies' row for the tick at ``t_ns`` (None at the first tick: a baseline)."""
+        cores = 0.0
+        rss = 0
+        complete = bool(self._procs)
+        for proc in self._procs:
+            try:
+                times = proc.cpu_times()
+                rss += int(proc.memory_info().rss)
+            except psutil.Error:
+                continue
+            cpu = float(times.user + times.system)
+            prev = self._prev.get(proc.pid)
+            self._prev[proc.pid] = (t_ns, cpu)
+            if prev is None or t_ns <= prev[0]:
+                complete = False
+                continue
+            cores += (cpu - prev[1]) / ((t_ns - prev[0]) / 1e9)
+        if not complete:
+            return None
+        return Sample(t_ns, PROXY_ROLE, self._procs[0].pid, cores, rss)
