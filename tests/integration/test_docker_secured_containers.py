@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from docker_runs import docker, image_recipes, local_targets, wait_gone
 from docker_support import ensure_images, require_engine
-from secured_probe import connect_as_bob, endpoint_of
+from secured_probe import connect_as_bob
 
 from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
 from mqbench.brokers.docker.runtime import DockerBroker, DockerRuntime
@@ -81,7 +81,7 @@ def test_tls_with_the_password_connects_to_the_broker_in_its_container(
     secured: Secured, target: str
 ) -> None:
     client = CLIENTS[target]
-    endpoint = endpoint_of(secured.running, target, client)
+    endpoint = secured.running[target].endpoint  # the published port of its own protocol
     ca = secured.material.ca_cert
     asyncio.run(connect_as_bob(client, endpoint, PASSWORD, ca, f"ok-{target}"))
 
@@ -89,7 +89,7 @@ def test_tls_with_the_password_connects_to_the_broker_in_its_container(
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_wrong_password_is_refused_in_one_line(secured: Secured, target: str) -> None:
     client = CLIENTS[target]
-    endpoint = endpoint_of(secured.running, target, client)
+    endpoint = secured.running[target].endpoint  # the published port of its own protocol
     ca = secured.material.ca_cert
     with pytest.raises(TransportError) as info:
         asyncio.run(connect_as_bob(client, endpoint, WRONG, ca, f"wrong-{target}"))
@@ -102,7 +102,7 @@ def test_a_wrong_password_is_refused_in_one_line(secured: Secured, target: str) 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_client_that_does_not_trust_the_ca_is_refused(secured: Secured, target: str) -> None:
     client = CLIENTS[target]
-    endpoint = endpoint_of(secured.running, target, client)
+    endpoint = secured.running[target].endpoint  # the published port of its own protocol
     with pytest.raises(TransportError) as info:
         asyncio.run(
             connect_as_bob(client, endpoint, PASSWORD, secured.stranger.ca_cert, f"ca-{target}")
