@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from docker_runs import (
@@ -29,38 +30,62 @@ from mqbench.brokers.registry import compose_entry, get_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
-SLOW_BOOT = {"rabbitmq-mqtt", "rabbitmq-amqp", "hivemq", "artemis", "activemq"}
-"""Brokers whose container takes tens of seconds to become healthy (Erlang, JVM)."""
-TARGETS = [
-    pytest.param(t, marks=[pytest.mark.slow] if t in SLOW_BOOT else []) for t in local_targets()
-]
+TARGETS = local_targets()
 """Every target whose images this machine builds (``mqbench brokers build-images``)."""
 SHORT = "warmup: 1s, duration: 3s, drain: 2s"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def engine() -> None:
+class Runs:
+    """Two `mqbench run`s for the module: the MQTT targets at QoS 1, the others at QoS 0
+    (one process each; every target its own cell and its own compose project)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.outputs: dict[str, str] = {}
+        self.runs: dict[str, Path] = {}
+        groups = {
+            1: [t for t in TARGETS if get_target(t).transport == "mqtt"],
+            0: [t for t in TARGETS if get_target(t).transport != "mqtt"],
+        }
+        for qos, targets in groups.items():
+            if not targets:
+                continue
+            out = tmp / f"qos{qos}"
+            body = (
+                f"targets: [{', '.join(targets)}]\nresources: [1cpu-2g]\n"
+                f"workload: {{pairs: 5, rate: 20, payload: 64, qos: {qos}, {SHORT}}}\n"
+            )
+            proc = start_run(write_scenario(tmp, f"docker-qos{qos}", body), out)
+            output = finish(proc, 1800)
+            assert proc.returncode == 0, output
+            for target in targets:
+                self.outputs[target] = output
+                self.runs[target] = out
+
+    def cell(self, target: str) -> dict[str, Any]:
+        cells = manifest(self.runs[target])["cells"]
+        (cell,) = [c for c in cells if c["params"]["target"] == target]
+        return cell
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     require_engine()
+    for target in TARGETS:
+        ensure_images(*(image_recipes(target) or []))
+    return Runs(tmp_path_factory.mktemp("docker-runs"))
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_run_in_docker_delivers_everything_and_records_the_container(
-    target: str, tmp_path: Path
+    runs: Runs, target: str
 ) -> None:
-    ensure_images(*(image_recipes(target) or []))
-    qos = 1 if get_target(target).transport == "mqtt" else 0
-    out = tmp_path / "results"
-    body = (
-        f"targets: [{target}]\nresources: [1cpu-2g]\n"
-        f"workload: {{pairs: 5, rate: 20, payload: 64, qos: {qos}, {SHORT}}}\n"
-    )
-    proc = start_run(write_scenario(tmp_path, f"docker-{target}", body), out)
-    output = finish(proc, 600)
-    assert proc.returncode == 0, output
-    (cell,) = manifest(out)["cells"]
-    assert cell["status"] == "completed"
-    (summary,) = analyze_run(run_dir(out), engine="numpy")
-    assert summary.lost == 0 and summary.received == summary.expected > 0, output
+    cell = runs.cell(target)
+    out = runs.runs[target]
+    assert cell["status"] == "completed", runs.outputs[target]
+    summaries = analyze_run(run_dir(out), engine="numpy")
+    (summary,) = [s for s in summaries if s.cell_id == cell["id"]]
+    assert summary.lost == 0 and summary.received == summary.expected > 0
+    assert summary.duplicates == 0
     broker = cell["broker"]
     service = compose_entry(target).service
     assert broker["runtime"] == "docker" and broker["profile"]["name"] == "1cpu-2g"
@@ -73,6 +98,7 @@ def test_a_run_in_docker_delivers_everything_and_records_the_container(
 
 
 def test_a_container_that_exits_marks_its_cell_invalid(tmp_path: Path) -> None:
+    require_engine()
     ensure_images("nats")
     out = tmp_path / "results"
     body = "targets: [nats]\nworkload: {pairs: 4, rate: 20, payload: 64, qos: 0, warmup: 1s, "
