@@ -292,6 +292,35 @@ def test_cpu_rate_uses_the_monotonic_clock_not_wall_clock_steps(tmp_path: Path) 
     assert sample.t_ns == world.wall_ns
 
 
+def test_a_late_read_of_cpu_times_does_not_move_cpu_time_into_the_wrong_interval(
+    tmp_path: Path,
+) -> None:
+    # A broker capped at one core: 1 s of CPU per 1 s. The second read of its CPU times is
+    # held up 0.25 s (the generator held the GIL); the interval must end at the read, or that
+    # sample shows 1.25 cores and the next 0.75.
+    world = FakeWorld()
+    broker = world.spawn(10)
+    sampler = world.sampler(tmp_path / "r.csv", {"broker": [10]})
+    sampler.sample_once()
+    rates = []
+    for late in (0.25, 0.0):
+        world.advance(1.0)
+        broker.user += 1.0
+        if late:
+            original = broker.cpu_times
+
+            def delayed(late: float = late, original: object = original) -> FakeTimes:
+                world.advance(late)
+                broker.user += late
+                broker.cpu_times = original  # type: ignore[method-assign]
+                return original()  # type: ignore[operator, no-any-return]
+
+            broker.cpu_times = delayed  # type: ignore[method-assign]
+        (sample,) = sampler.sample_once()
+        rates.append(sample.cpu_cores)
+    assert rates == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
 def test_role_names_that_would_break_the_csv_are_refused(tmp_path: Path) -> None:
     sampler = ResourceSampler(tmp_path / "r.csv")
     with pytest.raises(ValueError, match="invalid role name"):

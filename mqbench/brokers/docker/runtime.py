@@ -328,7 +328,10 @@ class DockerRuntime:
 
     def verification(self, target: str) -> str:
         """What was and was not verified of ``target`` in Docker, in one line
-        (``verification.py``)."""
+        (``verification.py``); empty for a target without a compose entry, whose
+        availability already says why Docker cannot run it."""
+        if get_definition(target).compose is None:
+            return ""
         return verify(target, compose_images(target, self.folder)).describe()
 
     def check_options(self, target: str, options: Mapping[str, Any]) -> None:

@@ -203,7 +203,7 @@ class ResourceSampler:
                 state = self._roles[role] = _Role(role, [])
             state.roots.extend(pid for pid in new if pid not in state.roots)
             if self._file is not None:
-                self._measure(state, self._clock_ns(), self._monotonic_ns())
+                self._measure(state, self._clock_ns())
 
     def forget(self, pid: int) -> None:
         """Stop sampling root ``pid`` (it exited); a role left without roots writes no rows."""
@@ -237,9 +237,9 @@ class ResourceSampler:
             self._file.write(CSV_HEADER + "\n")
             self._file.flush()
             self._good_size = len(CSV_HEADER) + 1
-            wall, mono = self._clock_ns(), self._monotonic_ns()
+            wall = self._clock_ns()
             for state in self._roles.values():
-                self._measure(state, wall, mono)
+                self._measure(state, wall)
             for source in self._sources:
                 self._call_source(source, wall)
         self._stop.clear()
@@ -279,11 +279,11 @@ class ResourceSampler:
         on an unstarted sampler, where it measures but writes nothing).
         """
         with self._lock:
-            wall, mono = self._clock_ns(), self._monotonic_ns()
+            wall = self._clock_ns()
             samples = [
                 sample
                 for state in self._roles.values()
-                if (sample := self._measure(state, wall, mono)) is not None
+                if (sample := self._measure(state, wall)) is not None
             ]
             for source in self._sources:
                 samples.extend(self._call_source(source, wall))
@@ -342,7 +342,7 @@ class ResourceSampler:
                 procs.setdefault(child.pid, child)
         return procs
 
-    def _measure(self, state: _Role, wall_ns: int, mono_ns: int) -> Sample | None:
+    def _measure(self, state: _Role, wall_ns: int) -> Sample | None:
         cpu_now: dict[int, float] = {}
         created: dict[int, float] = {}
         rss = 0
@@ -357,6 +357,11 @@ class ResourceSampler:
                 continue
             cpu_now[pid] = times.user + times.system
             rss += mem.rss
+        # The rate's interval ends when this role's CPU times were read, not when the sample
+        # began: a read delayed by other roles or by the GIL (the generator shares this
+        # process) would otherwise move CPU time from one interval into the next and show a
+        # capped broker above its quota for one sample and below it for the next.
+        mono_ns = self._monotonic_ns()
         prev_mono, prev_wall, prev_cpu = state.prev_mono_ns, state.prev_wall_ns, state.prev_cpu
         state.prev_cpu, state.prev_mono_ns, state.prev_wall_ns = cpu_now, mono_ns, wall_ns
         if prev_mono is None or prev_wall is None or not cpu_now or mono_ns <= prev_mono:
