@@ -22,6 +22,7 @@ from mqbench.records.cell_entry import (
     GeneratorVerdict,
     as_cell_entry,
 )
+from mqbench.records.cell_params import CellParams, CellParamsError
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.format import RECORD_SIZE
 from mqbench.records.integrity import (
@@ -98,6 +99,8 @@ class CellPlan:
     """Workers whose record files hold fewer records than they said they wrote."""
     error: str | None = None
     """The manifest's one line on why the cell ended early (interrupted cells)."""
+    planned_s: float | None = None
+    """The measured seconds the scenario planned (``params.duration_s``), if recorded."""
 
     def in_window(self, pub: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Intended send time of each (pub, seq) record and whether it is measured (a
@@ -195,8 +198,8 @@ def _record_checks(folder: Path, entry: CellEntry) -> tuple[list[RecordFileCheck
     present = {Path(c.path).name for c in checks}
     workers = entry.generator.workers if entry.generator is not None else ()
     numbers = [w.worker for w in workers if w.worker is not None]
-    count = entry.params.get("workers")
-    if isinstance(count, int) and not isinstance(count, bool):
+    count = entry.cell_params.workers
+    if count is not None:
         numbers += range(count)
     expected = expected_record_files(folder, numbers)
     checks += [absent_file(folder / n, why) for n, why in expected.items() if n not in present]
@@ -205,7 +208,7 @@ def _record_checks(folder: Path, entry: CellEntry) -> tuple[list[RecordFileCheck
 
 
 def window_from_events(
-    cid: str, events: list[Event], start_ns: int, params: dict[str, Any]
+    cid: str, events: list[Event], start_ns: int, params: CellParams
 ) -> tuple[int, int]:
     """The measured window ``[start, end)`` of a cell whose manifest has none.
 
@@ -221,7 +224,7 @@ def window_from_events(
         ]
         return max(times) if times else None
 
-    warmup_ns = int(float(params.get("warmup_s") or 0.0) * 1e9)
+    warmup_ns = int((params.warmup_s or 0.0) * 1e9)
     start = last(EventKind.WINDOW_START)
     if start is None:
         connected = last(EventKind.CLIENTS_CONNECTED, "connected_ns")
@@ -232,8 +235,9 @@ def window_from_events(
             )
         start = max(connected, start_ns + warmup_ns)
     end = last(EventKind.WINDOW_END)
-    if end is None and params.get("duration_s") is not None:
-        end = start_ns + warmup_ns + int(float(params["duration_s"]) * 1e9)
+    duration_s = params.duration_s
+    if end is None and duration_s is not None:
+        end = start_ns + warmup_ns + int(duration_s * 1e9)
     if end is None:
         end = last(EventKind.PUBLISHING_STOPPED)
     if end is None:
@@ -263,29 +267,22 @@ def plan_cell(
     """
     entry = manifest_cell(cell)
     cid = entry.id
-    params = dict(entry.params)
     sched = entry.schedule
     if sched is None:
         raise AnalysisError(f"cell {cid}: manifest entry lacks schedule ('schedule')")
     start_ns, rate, n = sched.start_ns, sched.rate, sched.publishers
-    source = "manifest"
-    if entry.window is not None:
-        win_start, win_end = entry.window.start_ns, entry.window.end_ns
-    else:
-        source = "events"
-        try:
-            win_start, win_end = window_from_events(cid, read_events(folder), start_ns, params)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AnalysisError(f"cell {cid}: malformed window ({exc})") from None
+    source = "manifest" if entry.window is not None else "events"
+    win_start, win_end = _window(entry, folder, start_ns)
     if n <= 0 or rate <= 0:
         raise AnalysisError(f"cell {cid}: schedule needs publishers > 0 and rate > 0")
     mpp = sched.messages_per_publisher
     try:
-        drain_ns = int((entry.param_seconds("drain_s") or 0.0) * 1e9)
-    except CellEntryError as exc:
+        drain_ns = int((entry.cell_params.drain_s or 0.0) * 1e9)
+        planned_s = entry.cell_params.duration_s
+        checks, shortfalls = _record_checks(folder, entry)
+    except CellParamsError as exc:
         raise AnalysisError(str(exc)) from None
     clipped = False
-    checks, shortfalls = _record_checks(folder, entry)
     if entry.status == "interrupted":
         stop = _stop_time(read_events(folder), checks)
         if stop is not None:
@@ -319,7 +316,7 @@ def plan_cell(
         index=entry.index,
         repeat=entry.repeat,
         status=entry.status,
-        params=params,
+        params=dict(entry.params),
         folder=folder,
         start_ns=start_ns,
         rate=rate,
@@ -350,7 +347,18 @@ def plan_cell(
         wakeup_floor=entry.timing.wakeup_floor if entry.timing is not None else None,
         record_shortfalls=shortfalls,
         error=entry.error,
+        planned_s=planned_s,
     )
+
+
+def _window(entry: CellEntry, folder: Path, start_ns: int) -> tuple[int, int]:
+    """The manifest's window, else the one the cell's events give."""
+    if entry.window is not None:
+        return entry.window.start_ns, entry.window.end_ns
+    try:
+        return window_from_events(entry.id, read_events(folder), start_ns, entry.cell_params)
+    except (KeyError, TypeError, ValueError, CellParamsError) as exc:
+        raise AnalysisError(f"cell {entry.id}: malformed window ({exc})") from None
 
 
 def _files(checks: list[RecordFileCheck], prefix: str) -> list[str]:

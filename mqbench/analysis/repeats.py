@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqbench.analysis.summary import CellSummary, LatencyStats
+from mqbench.records.cell_params import CellParams
 
 SUMMARY_AGG_PARQUET: Final = "summary_agg.parquet"
 CONFIDENCE: Final = 0.95
@@ -213,6 +214,11 @@ class RepeatAggregate:
     def n(self) -> int:
         """Number of repeats."""
         return len(self.repeats)
+
+    @property
+    def cell_params(self) -> CellParams:
+        """The shared parameters read by name with their types."""
+        return CellParams(self.params, self.base_id)
 
     def flat_row(self) -> dict[str, Any]:
         """One row of ``summary_agg.parquet``."""

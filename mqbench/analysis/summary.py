@@ -35,6 +35,7 @@ from mqbench.analysis.verdict import (
 )
 from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import GeneratorVerdict
+from mqbench.records.cell_params import CellParams
 from mqbench.records.worker_stats import WorkerStats
 
 SUMMARY_SCHEMA_VERSION: Final = 5
@@ -217,6 +218,11 @@ class CellSummary:
                 fields[group] = LatencyStats(**fields[group])
         return cls(**fields)
 
+    @property
+    def cell_params(self) -> CellParams:
+        """The parameters read by name with their types."""
+        return CellParams(self.params, self.cell_id)
+
     def flat_row(self) -> dict[str, Any]:
         """One flat row for ``summary.parquet``: stats as ``<group>_<stat>``, params as
         ``param_<name>`` (non-scalar params as JSON text)."""
@@ -279,14 +285,8 @@ def cell_invalid_reasons(
             plan.scheduled, unsent, agg.send_failed, refused, plan.send_failures_expected
         ),
         *truncation_reason(plan.record_checks, plan.record_shortfalls),
-        *interrupted_reason(plan.status, plan.error, plan.window_ns / 1e9, _planned_s(plan.params)),
+        *interrupted_reason(plan.status, plan.error, plan.window_ns / 1e9, plan.planned_s),
     ]
-
-
-def _planned_s(params: dict[str, Any]) -> float | None:
-    """The measured seconds the scenario planned (``duration_s``), if recorded."""
-    value = params.get("duration_s")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _pct(part: int, whole: int) -> float | None:

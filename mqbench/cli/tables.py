@@ -104,8 +104,8 @@ class Footnote:
 
 def backlog_text(s: CellSummary) -> str:
     """Why a cell's loss includes a backlog (``backlog_at_drain_end``)."""
-    drain = s.params.get("drain_s")
-    if isinstance(drain, int | float) and s.last_delivery_s is not None:
+    drain = s.cell_params.drain_s
+    if drain is not None and s.last_delivery_s is not None:
         return (
             f"deliveries were still arriving when the {drain:g} s drain ended (last "
             f"{s.last_delivery_s:.2f} s after the window): the broker was behind, so the "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast, get_args
 
 from mqbench.errors import ResultsError
+from mqbench.records.cell_params import CellParams
 from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.intended import measured_window
@@ -298,10 +299,10 @@ class CellEntry:
             return self.schedule is not None
         return self.status in ANALYSABLE
 
-    def param_seconds(self, name: str) -> float | None:
-        """A duration parameter in seconds (``warmup_s``, ``duration_s``, ``drain_s``)."""
-        value = self.params.get(name)
-        return None if value is None else _float(self.id, f"params.{name}", value)
+    @property
+    def cell_params(self) -> CellParams:
+        """The parameters read by name with their types."""
+        return CellParams(self.params, self.id)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest form: the documented keys; unrecorded (None) ones are left out,

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mqbench.analysis.repeats import RepeatAggregate
+from mqbench.records.cell_params import CellParams
 from mqbench.records.run_manifest import RunManifest
+from mqbench.scenario.topologies import SHAPES
 
 
 @dataclass(frozen=True)
@@ -29,33 +31,43 @@ class AxisInfo:
     heading: str
     label: str
     param: str
-    """The cell parameter (manifest ``params``) that holds the value."""
+    """The cell parameter (manifest ``params``) that holds the value (the CSV column)."""
+    read: Callable[[CellParams], Any]
+    """The value of a cell on this axis, read from its typed parameters."""
 
 
 AXES: Final[dict[str, AxisInfo]] = {
-    "scenario": AxisInfo("scenario", "scenario", "scenario"),
-    "target": AxisInfo("target", "target", "target"),
-    "topology": AxisInfo("topology", "topology", "topology"),
-    "resources": AxisInfo("resources", "resources", "resources"),
-    "client": AxisInfo("client", "client", "client"),
-    "options": AxisInfo("broker options", "broker options", "broker_options"),
-    "faults": AxisInfo("faults", "faults", "faults"),
-    "rate": AxisInfo("rate (msg/s per publisher)", "rate per publisher (msg/s)", "rate"),
-    "payload": AxisInfo("payload", "payload", "payload_bytes"),
-    "pairs": AxisInfo("pairs", "publisher-subscriber pairs", "pairs"),
-    "subscribers": AxisInfo("subscribers", "subscribers of the one publisher", "subscribers"),
-    "publishers": AxisInfo("publishers", "publishers into one subscriber", "publishers"),
-    "qos": AxisInfo("QoS", "QoS", "qos"),
+    "scenario": AxisInfo("scenario", "scenario", "scenario", lambda p: p.scenario),
+    "target": AxisInfo("target", "target", "target", lambda p: p.target),
+    "topology": AxisInfo("topology", "topology", "topology", lambda p: p.topology),
+    "resources": AxisInfo("resources", "resources", "resources", lambda p: p.resources),
+    "client": AxisInfo("client", "client", "client", lambda p: p.client),
+    "options": AxisInfo(
+        "broker options", "broker options", "broker_options", lambda p: p.broker_options
+    ),
+    "faults": AxisInfo("faults", "faults", "faults", lambda p: p.faults),
+    "rate": AxisInfo(
+        "rate (msg/s per publisher)", "rate per publisher (msg/s)", "rate", lambda p: p.rate
+    ),
+    "payload": AxisInfo("payload", "payload", "payload_bytes", lambda p: p.payload_bytes),
+    "pairs": AxisInfo("pairs", "publisher-subscriber pairs", "pairs", lambda p: p.pairs),
+    "subscribers": AxisInfo(
+        "subscribers", "subscribers of the one publisher", "subscribers", lambda p: p.subscribers
+    ),
+    "publishers": AxisInfo(
+        "publishers", "publishers into one subscriber", "publishers", lambda p: p.publishers
+    ),
+    "qos": AxisInfo("QoS", "QoS", "qos", lambda p: p.qos),
 }
 """Every axis the report knows, in facet order."""
 
-SIZE_AXIS: Final[dict[str, str]] = {
-    "pairs": "pairs",
-    "p2p": "pairs",
-    "fanout": "subscribers",
-    "fanin": "publishers",
-}
-"""The count that is a matrix dimension of each topology (``groups`` has none)."""
+
+def size_axis(topology: str | None) -> str | None:
+    """The count that is a matrix dimension of ``topology`` (its shape's ``size_axis``);
+    None for ``groups``, an unknown topology, or none."""
+    shape = SHAPES.get(topology) if topology is not None else None
+    return shape.size_axis if shape is not None else None
+
 
 COUNT_AXES: Final = ("pairs", "subscribers", "publishers")
 CELL_AXES: Final = ("target", "resources", "client", "options", "rate", "payload", "qos")
@@ -109,12 +121,12 @@ def options_label(value: Any) -> str | None:
 def axis_value(agg: RepeatAggregate, axis: str) -> Any:
     """The value of ``axis`` for a cell; None when the parameter is absent, and for a count
     its topology derives (a ``pairs`` cell's publishers and subscribers)."""
-    params = agg.params
+    params = agg.cell_params
     if axis in COUNT_AXES:
-        topology = params.get("topology")
-        if topology is not None and SIZE_AXIS.get(str(topology)) != axis:
+        topology = params.topology
+        if topology is not None and size_axis(topology) != axis:
             return None
-    value = params.get(AXES[axis].param)
+    value = AXES[axis].read(params)
     if axis == "faults":
         return fault_label(value)
     if axis == "options":
@@ -182,13 +194,13 @@ class Matrix:
             if isinstance(broker, Mapping):
                 order["options"] = tuple(options_label(o) for o in _as_list(broker.get("options")))
         else:
-            params = [c.params for c in manifest.cells]
-            topologies = {str(p["topology"]) for p in params if p.get("topology")}
+            params = [c.cell_params for c in manifest.cells]
+            topologies = {p.topology for p in params if p.topology}
             topology = topologies.pop() if len(topologies) == 1 else None
-            fault = next((fault_label(p.get("faults")) for p in params), None)
-            targets = [p.get("target") for p in params]
+            fault = next((fault_label(p.faults) for p in params), None)
+            targets = [p.target for p in params]
             order["target"] = tuple(dict.fromkeys(t for t in targets if t is not None))
-        size = SIZE_AXIS.get(topology) if topology else None
+        size = size_axis(topology)
         counts = (size,) if size else (() if topology else COUNT_AXES)
         wanted = set(CELL_AXES) | set(counts)
         axes = tuple(a for a in AXES if a in wanted)

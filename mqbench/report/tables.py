@@ -189,11 +189,8 @@ def qos_table(aggs: Sequence[RepeatAggregate], axes: ReportAxes) -> list[Table]:
 
 
 def _offered(agg: RepeatAggregate) -> str:
-    rate = agg.params.get("rate")
-    publishers = agg.params.get("publishers", agg.params.get("pairs"))
-    if isinstance(rate, int | float) and isinstance(publishers, int):
-        return fmt_value(float(rate) * publishers)
-    return "-"
+    """The offered load the manifest recorded (``cells[].offered_rate``, all publishers)."""
+    return fmt_value(agg.metrics["offered_rate"].mean)
 
 
 CELL_METRICS: Final = (

@@ -59,6 +59,12 @@ class Cell:
         """The topology's shape: its sizes and label."""
         return shape_of(self.topology)
 
+    def axis_value(self, axis: str) -> float:
+        """This cell's value on a ``workload`` list axis (``rate``, ``pairs``,
+        ``subscribers``, ``publishers``: the saturation search's and the size's)."""
+        value: float = getattr(self, AXIS_FIELDS[axis])
+        return value
+
     @property
     def publishers(self) -> int:
         """Number of publishing clients."""

@@ -539,7 +539,7 @@ class Scenario(_Strict):
         if self.search is not None:
             axis = self.search.axis
             topology = self.workload.topology
-            if axis not in ("rate", shape_of(topology).search_axis):
+            if axis not in ("rate", shape_of(topology).size_axis):
                 raise ValueError(f"search axis {axis!r} does not apply to topology {topology!r}")
             if axis != "rate" and any(not float(v).is_integer() for v in self.search.values):
                 raise ValueError(f"search values for {axis!r} must be whole numbers")

@@ -21,8 +21,10 @@ class TopologyShape:
     name: ClassVar[str]
     size_fields: ClassVar[frozenset[str]]
     """The ``workload`` keys that size this topology (others are refused)."""
-    search_axis: ClassVar[str | None] = None
-    """The size a saturation search may step besides ``rate`` (a ``workload`` key)."""
+    size_axis: ClassVar[str | None] = None
+    """The count that is this topology's matrix dimension (a ``workload`` list, the report's
+    size axis) and the one a saturation search may step besides ``rate``; the other counts
+    are derived from it (``groups`` has none)."""
     persistent_by_default: ClassVar[bool] = False
     """Clients use persistent sessions unless ``workload.persistent`` says otherwise."""
 
@@ -48,7 +50,7 @@ class Pairs(TopologyShape):
 
     name = "pairs"
     size_fields = frozenset({"pairs"})
-    search_axis = "pairs"
+    size_axis = "pairs"
 
     def size_label(self, cell: Cell) -> str:
         """``20pairs``."""
@@ -71,7 +73,7 @@ class Fanout(TopologyShape):
 
     name = "fanout"
     size_fields = frozenset({"subscribers"})
-    search_axis = "subscribers"
+    size_axis = "subscribers"
 
     def publishers(self, cell: Cell) -> int:
         """One."""
@@ -95,7 +97,7 @@ class Fanin(TopologyShape):
 
     name = "fanin"
     size_fields = frozenset({"publishers", "fanin_groups"})
-    search_axis = "publishers"
+    size_axis = "publishers"
 
     def publishers(self, cell: Cell) -> int:
         """``workload.publishers``."""

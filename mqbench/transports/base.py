@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
+from mqbench.records.timing import ReceiveStamp
 from mqbench.transports.events import EventHandler
 from mqbench.wire.limits import PayloadLimit
 
@@ -41,13 +42,12 @@ A sender may raise ``TransportError`` for a payload the protocol or broker canno
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
 """Per connection: bytes queued for the socket (coalesced and in the transport's buffer)
 above which a sender refuses new messages while the socket is back-pressured. The engine
-sets ``ClientOptions.extra["max_pending_bytes"]`` from ``generator.buffer_memory``."""
+sets ``ClientOptions.max_pending_bytes`` from ``generator.buffer_memory``."""
 
 
 def max_pending_bytes(options: ClientOptions) -> int:
-    """The output-buffer bound of a client (``extra["max_pending_bytes"]`` or the default)."""
-    value = options.extra.get("max_pending_bytes")
-    return int(value) if value else DEFAULT_MAX_PENDING_BYTES
+    """The output-buffer bound of a client (``options.max_pending_bytes`` or the default)."""
+    return options.max_pending_bytes or DEFAULT_MAX_PENDING_BYTES
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,15 @@ class ClientOptions:
     connect_timeout_s: float = 10.0
     on_event: EventHandler | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    """Settings of one protocol's client, each named in its transport module's docstring."""
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: ClientTls | None = None
+    max_pending_bytes: int | None = None
+    """Bytes that may wait for the socket before sends are refused (None: the default)."""
+    receive_stamp: ReceiveStamp = "user"
+    """``kernel``: stamp reads with the kernel's receive time where the client can
+    (``generator.receive_stamp``, transports.stream)."""
 
 
 class Client(Protocol):

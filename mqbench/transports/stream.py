@@ -26,15 +26,15 @@ connection and does, once for all of them:
   ``disconnected`` event (``endpoint``, ``client_id``, ``reason``, ``expected`` and the
   details the client adds). Socket errors are worded once, by :func:`describe_oserror`.
 
-``ClientOptions.extra`` keys read here: ``max_pending_bytes`` (set by the engine),
+``ClientOptions`` read here: ``max_pending_bytes`` (set by the engine), ``receive_stamp``
+(``kernel``: stamp reads with the kernel's receive time, below), and the ``extra`` keys
 ``write_buffer_high_bytes`` (transport high-water mark; default 256 MiB, never above
 ``max_pending_bytes``), ``coalesce_writes`` (default True; False writes every frame at once),
-``close_timeout_s`` (how long ``close`` waits for the socket to go; default 5),
-``receive_stamp`` (``kernel``: stamp reads with the kernel's receive time, below).
+``close_timeout_s`` (how long ``close`` waits for the socket to go; default 5).
 
 **Receive stamps.** A client stamps each read with :meth:`StreamConnection.receive_ns`.
 By default that is the clock when the read reaches the client, after the process woke up.
-With ``extra["receive_stamp"] == "kernel"`` a plain TCP connection (not TLS) reads, once
+With ``receive_stamp == "kernel"`` a plain TCP connection (not TLS) reads, once
 its handshake is done, through ``recvmsg`` with ``SO_TIMESTAMPNS`` on a duplicate of its
 socket (uvloop's transport keeps writing and stops reading), and ``receive_ns`` is the
 kernel's receive time of the read's last segment: the receiver's wake-up and event loop
@@ -395,7 +395,7 @@ class StreamConnection(asyncio.Protocol):
         self._session = True
         if tick is not None:
             self.start_keepalive(keepalive_s, tick)
-        if self._options.extra.get("receive_stamp") == "kernel" and not self._tls:
+        if self._options.receive_stamp == "kernel" and not self._tls:
             self._read_with_kernel_stamps()
 
     # ------------------------------------------------------------------ receive stamps
@@ -781,7 +781,7 @@ class StreamConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError, AttributeError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self._options.extra.get("receive_stamp") == "kernel" and not self._tls:
+                if self._options.receive_stamp == "kernel" and not self._tls:
                     # asked for now, read once the session is up: the kernel turns receive
                     # stamping on in deferred work, so the first segments may lack it
                     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)

@@ -190,7 +190,7 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
 def largest_fitting_size(cell: Cell, limit: int) -> tuple[str, int] | None:
     """The cell's size axis (``pairs``, ``subscribers``, ...) and the largest value of it
     whose connections fit a broker open-files ``limit`` (None: no size axis, none fits)."""
-    axis = cell.shape.search_axis
+    axis = cell.shape.size_axis
     if axis is None:
         return None
     name = AXIS_FIELDS[axis]

@@ -285,11 +285,9 @@ class CellRun:
             reconnect_max_s=generator.reconnect_max,
             timer=generator.timer,
             layout=self.layout,
-            client_extra={
-                "max_pending_bytes": pending_bound(scenario, cell),
-                "receive_stamp": generator.receive_stamp,
-                **protocol_params(scenario, self.transport),
-            },
+            max_pending_bytes=pending_bound(scenario, cell),
+            receive_stamp=generator.receive_stamp,
+            client_extra=protocol_params(scenario, self.transport),
             security=self.ctx.security.client,
             realtime=timing.settings,
         )

@@ -131,6 +131,8 @@ class ClientPool:
             connect_timeout_s=self.plan.connect_timeout_s,
             on_event=on_event,
             extra=dict(self.plan.client_extra),
+            max_pending_bytes=self.plan.max_pending_bytes,
+            receive_stamp=self.plan.receive_stamp,
             username=security.username if security is not None else None,
             password=security.password if security is not None else None,
             tls=security.tls if security is not None else None,

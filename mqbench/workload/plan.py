@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mqbench.errors import ScenarioError
+from mqbench.records.timing import ReceiveStamp
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Generator
 from mqbench.transports.base import ClientSecurity
@@ -60,7 +61,13 @@ class WorkerPlan:
     """Connections per second started by this worker (0: no ramp)."""
     churn: ChurnPlan | None = None
     connect_concurrency: int = 64
+    max_pending_bytes: int | None = None
+    """Bytes each connection may queue for its socket (``ClientOptions.max_pending_bytes``)."""
+    receive_stamp: ReceiveStamp = "user"
+    """How receives are stamped (``generator.receive_stamp``)."""
     client_extra: dict[str, object] = field(default_factory=dict)
+    """The protocol's own client settings (``ClientOptions.extra``, named in its transport
+    module; ``workload.cell_run.protocol_params``)."""
     proxy_port: int = 0
     """Port of the fault proxy on ``host`` (0: no faults)."""
     proxied_subs: frozenset[int] = frozenset()
@@ -172,6 +179,8 @@ def build_worker_plans(
     reconnect_max_s: float = 0.1,
     timer: str = "auto",
     layout: str = "shared",
+    max_pending_bytes: int | None = None,
+    receive_stamp: ReceiveStamp = "user",
     client_extra: dict[str, object] | None = None,
     security: ClientSecurity | None = None,
     realtime: RealtimeSettings | None = None,
@@ -235,6 +244,8 @@ def build_worker_plans(
                 proxied_subs=frozenset((proxied or {}).get("subscribers", [])),
                 proxied_pubs=frozenset((proxied or {}).get("publishers", [])),
                 reconnect_max_s=reconnect_max_s,
+                max_pending_bytes=max_pending_bytes,
+                receive_stamp=receive_stamp,
                 client_extra=dict(client_extra or {}),
                 security=security,
                 realtime=realtime,

@@ -11,6 +11,7 @@ combination, and its remaining steps are skipped. The engine never imports the a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,6 +71,36 @@ def combination_key(cell: Cell, axis: str) -> tuple[Any, ...]:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
+@dataclass(frozen=True)
+class SearchStep:
+    """One finished step of a search: its cell, its value on the axis, and the limits it
+    crossed (none: sustainable)."""
+
+    cell: str
+    value: float
+    crossed: tuple[str, ...]
+    throughput_msg_s: float | None
+
+    @property
+    def sustainable(self) -> bool:
+        """No limit was crossed."""
+        return not self.crossed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's ``search.steps[]`` form."""
+        return {
+            "cell": self.cell,
+            "value": self.value,
+            "sustainable": self.sustainable,
+            "crossed": list(self.crossed),
+            "throughput_msg_s": self.throughput_msg_s,
+        }
+
+    def best_dict(self) -> dict[str, Any]:
+        """The manifest's ``search.highest_sustainable[]`` form (without ``stopped_by``)."""
+        return {"cell": self.cell, "value": self.value, "throughput_msg_s": self.throughput_msg_s}
+
+
 class SearchTracker:
     """Follows a saturation search across the cells of a run."""
 
@@ -77,8 +108,8 @@ class SearchTracker:
         self.search = search
         self.evaluate = evaluate
         self._stopped: dict[tuple[Any, ...], str] = {}
-        self._best: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._steps: list[dict[str, Any]] = []
+        self._best: dict[tuple[Any, ...], SearchStep] = {}
+        self._steps: list[SearchStep] = []
 
     def _key(self, cell: Cell) -> tuple[Any, ...]:
         return (combination_key(cell, self.search.axis), cell.repeat)
@@ -108,7 +139,7 @@ class SearchTracker:
     def observe(self, cell: Cell, entry: CellEntry, folder: Path) -> None:
         """Evaluate a finished step and decide whether its combination goes on."""
         key = self._key(cell)
-        value = entry.params[AXIS_FIELDS[self.search.axis]]
+        value = cell.axis_value(self.search.axis)
         throughput: float | None = None
         if entry.status != "completed":
             crossed = [f"cell {entry.status}: {entry.error}"]
@@ -120,29 +151,24 @@ class SearchTracker:
             else:
                 crossed = self.limits_crossed(summary)
                 throughput = summary.throughput_msg_s
-        self._steps.append(
-            {
-                "cell": cell.id,
-                "value": value,
-                "sustainable": not crossed,
-                "crossed": crossed,
-                "throughput_msg_s": throughput,
-            }
-        )
+        step = SearchStep(cell.id, value, tuple(crossed), throughput)
+        self._steps.append(step)
         if crossed:
             self._stopped[key] = "; ".join(crossed)
         else:
-            self._best[key] = {"cell": cell.id, "value": value, "throughput_msg_s": throughput}
+            self._best[key] = step
 
     def report(self) -> dict[str, Any]:
-        """The search's outcome for the manifest: every step and the best per combination."""
-        best = []
-        for key, entry in self._best.items():
-            best.append({**entry, "stopped_by": self._stopped.get(key)})
+        """The search's outcome for the manifest (``search``, docs/results.md): every step
+        and the best per combination."""
+        best = [
+            {**step.best_dict(), "stopped_by": self._stopped.get(key)}
+            for key, step in self._best.items()
+        ]
         return {
             "axis": self.search.axis,
             "values": self.search.values,
             "stop": self.search.stop.model_dump(mode="json"),
-            "steps": self._steps,
+            "steps": [step.to_dict() for step in self._steps],
             "highest_sustainable": best,
         }

@@ -40,7 +40,7 @@ def test_a_stalled_broker_gets_refused_sends_instead_of_a_growing_output_buffer(
     async def main() -> tuple[int, int, int]:
         client = get_transport(transport).create_client(
             broker.endpoint,
-            ClientOptions(client_id=f"bound-{target}", extra={"max_pending_bytes": BOUND}),
+            ClientOptions(client_id=f"bound-{target}", max_pending_bytes=BOUND),
         )
         await client.connect()
         send = client.sender("mqbench/bound", 0)

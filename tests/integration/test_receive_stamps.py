@@ -18,7 +18,9 @@ from loops import LOOPS, run, wait_until
 from mqbench.brokers.base import RunningBroker
 from mqbench.endpoint import Endpoint
 from mqbench.records.format import pack_header, unpack_header
+from mqbench.records.timing import ReceiveStamp
 from mqbench.transports.base import Client, ClientOptions
+from mqbench.transports.events import ClientEvent, Disconnected
 from mqbench.transports.registry import get_transport
 
 pytestmark = pytest.mark.integration
@@ -27,17 +29,23 @@ NativeBrokerFactory = Callable[..., RunningBroker]
 TARGETS = {"mosquitto": ("mqtt", "t/stamps"), "nats": ("nats", "t.stamps")}
 
 
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[ClientEvent]
 
 
 def _client(
-    protocol: str, endpoint: Endpoint, name: str, events: Events | None = None, **extra: Any
+    protocol: str,
+    endpoint: Endpoint,
+    name: str,
+    events: Events | None = None,
+    receive_stamp: ReceiveStamp = "user",
 ) -> Client:
-    def on_event(kind: str, details: dict[str, Any]) -> None:
+    def on_event(event: ClientEvent) -> None:
         if events is not None:
-            events.append((kind, details))
+            events.append(event)
 
-    options = ClientOptions(client_id=name, connect_timeout_s=5.0, on_event=on_event, extra=extra)
+    options = ClientOptions(
+        client_id=name, connect_timeout_s=5.0, on_event=on_event, receive_stamp=receive_stamp
+    )
     return get_transport(protocol).create_client(endpoint, options)
 
 
@@ -96,5 +104,5 @@ def test_a_broker_that_goes_away_is_a_disconnection_of_a_kernel_stamped_client(
         await sub.close()
 
     run("uvloop", scenario())
-    lost = [d for kind, d in events if kind == "disconnected"]
-    assert len(lost) == 1 and lost[0]["expected"] is False
+    lost = [e for e in events if isinstance(e, Disconnected)]
+    assert len(lost) == 1 and lost[0].expected is False

@@ -18,6 +18,7 @@ from mqbench.records.cell_entry import (
     Window,
     cell_entries,
 )
+from mqbench.records.cell_params import CellParamsError
 from mqbench.records.manifest import Manifest
 from mqbench.records.worker_stats import WorkerStats
 
@@ -129,3 +130,23 @@ def test_manifest_updates_from_two_threads_both_land(tmp_path: Path) -> None:
     (cell,) = cell_entries(saved)
     assert cell.status == "completed" and cell.broker_exit == exit_entry
     assert saved["schema_version"] == 1 and saved["scenario"] == {"name": "s"}
+
+
+def test_cell_parameters_read_by_name_with_their_types() -> None:
+    entry = replace(
+        finished_entry(),
+        params={"topology": "fanout", "rate": 10, "subscribers": 4.0, "drain_s": "2.5"},
+    )
+    params = entry.cell_params
+    assert params.topology == "fanout" and params.rate == 10.0
+    assert params.subscribers == 4 and isinstance(params.subscribers, int)
+    assert params.drain_s == 2.5 and params.warmup_s is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("rate", "fast"), ("qos", True), ("pairs", 2.5)])
+def test_a_cell_parameter_of_the_wrong_type_is_one_error_naming_the_cell_and_the_key(
+    key: str, value: object
+) -> None:
+    entry = replace(finished_entry(), params={key: value})
+    with pytest.raises(CellParamsError, match=rf"cell nats-64B-2pairs-10hz-qos0: params\.{key} "):
+        getattr(entry.cell_params, key)

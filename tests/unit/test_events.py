@@ -7,6 +7,7 @@ import pytest
 
 from mqbench.analysis.plan import window_from_events
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_params import CellParams
 from mqbench.records.events import Event, EventKind, EventLog, read_events
 
 
@@ -51,9 +52,12 @@ def test_window_events_give_the_window_of_a_manifest_without_one() -> None:
         Event(EventKind.WINDOW_END, 70),
         Event(EventKind.PUBLISHING_STOPPED, 90),
     ]
-    assert window_from_events("c", events, 0, {"warmup_s": 0, "duration_s": 1}) == (20, 70)
+    assert window_from_events("c", events, 0, CellParams({"warmup_s": 0, "duration_s": 1})) == (
+        20,
+        70,
+    )
 
 
 def test_without_window_or_connection_events_the_window_is_an_error_naming_the_cell() -> None:
     with pytest.raises(AnalysisError, match="cell c7: the manifest has no window"):
-        window_from_events("c7", [Event(EventKind.BROKER_STARTED, 1)], 0, {})
+        window_from_events("c7", [Event(EventKind.BROKER_STARTED, 1)], 0, CellParams({}))

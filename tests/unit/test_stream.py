@@ -20,7 +20,10 @@ Events = list[ClientEvent]
 
 
 def make_stream(
-    events: Events | None = None, lost: list[TransportError] | None = None, **extra: Any
+    events: Events | None = None,
+    lost: list[TransportError] | None = None,
+    max_pending_bytes: int | None = None,
+    **extra: Any,
 ) -> StreamConnection:
     def on_event(event: ClientEvent) -> None:
         if events is not None:
@@ -31,7 +34,9 @@ def make_stream(
             lost.append(failure)
         return 3
 
-    options = ClientOptions("c1", on_event=on_event, extra=extra)
+    options = ClientOptions(
+        "c1", on_event=on_event, extra=extra, max_pending_bytes=max_pending_bytes
+    )
     return StreamConnection("test at 127.0.0.1:1", options, lambda data: None, on_lost)
 
 
