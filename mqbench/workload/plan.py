@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mqbench.errors import ScenarioError
 from mqbench.records.timing import ReceiveStamp
