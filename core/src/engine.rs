@@ -1,0 +1,593 @@
+//! One worker's hot path on one thread: the open-loop publish loop of
+//! `workload/publish_loop.py` and the receive path of the lean clients, over sockets whose
+//! sessions the Python clients established, writing the records of `records/writer.py`.
+//!
+//! Each iteration: send what is due (at most `BATCH` messages or `BUDGET_NS` of work, as the
+//! Python loop), write each publisher's batch with one call, then wait in `epoll` — until a
+//! read, or the timerfd armed `margin` before the next due time — and handle at most
+//! `MAX_EVENTS` readiness events before the schedule is looked at again. The last
+//! microseconds before a due time are busy-waited (bounded as in Python). Receives are
+//! stamped with the kernel's receive time (`SO_TIMESTAMPNS`) or the clock after the read.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::proto::{Protocol, Sink};
+use crate::records::{delivery_latency, FileCounters, RecordFile, SEND_FAILED, SEND_OK};
+use crate::schedule::{Schedule, WakeMargin};
+use crate::sys::{self, Epoll, Read, Timer, Wrote};
+
+const BATCH: u32 = 64;
+const BUDGET_NS: i64 = 200_000;
+const MIN_SLEEP_NS: i64 = 20_000;
+const MAX_EVENTS: usize = 64;
+const IDLE_WAIT_MS: i32 = 50;
+const RECORD_FLUSH_NS: i64 = 200_000_000;
+const READ_BYTES: usize = 256 * 1024;
+const TIMER_TOKEN: u64 = u64::MAX;
+pub const HEADER_SIZE: usize = 24;
+
+/// What the loop needs to know about the cell (from the worker's plan).
+pub struct Config {
+    pub protocol: Protocol,
+    pub start_ns: i64,
+    pub rate: f64,
+    pub publishers_total: i64,
+    pub first: i64,
+    pub last: i64,
+    pub messages_per_publisher: i64,
+    pub payload_bytes: usize,
+    pub spin_ns: i64,
+    pub late_threshold_ns: i64,
+    pub kernel_stamps: bool,
+    pub keepalive_ns: i64,
+    pub max_pending_bytes: usize,
+}
+
+/// Counters the Python side reads while the loop runs (cumulative; relaxed atomics).
+#[derive(Default)]
+pub struct Shared {
+    pub stop: AtomicBool,
+    pub published: AtomicBool,
+    pub sent_ok: AtomicU64,
+    pub send_failed: AtomicU64,
+    pub send_refused: AtomicU64,
+    pub due: AtomicU64,
+    pub late: AtomicU64,
+    pub max_lag_ns: AtomicI64,
+    pub wakeups: AtomicU64,
+    pub yields: AtomicU64,
+    pub spin_ns: AtomicI64,
+    pub margin_ns: AtomicI64,
+    pub kernel_reads: AtomicU64,
+    pub user_reads: AtomicU64,
+    pub disconnects: AtomicU64,
+    pub connected: AtomicU64,
+    pub pending_bytes: AtomicU64,
+    pub publish_replies: AtomicU64,
+    pub unreceived: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub cpu_start_ns: AtomicI64,
+    pub mono_start_ns: AtomicI64,
+    pub cpu_end_ns: AtomicI64,
+    pub mono_end_ns: AtomicI64,
+    pub deliveries: Arc<FileCounters>,
+    pub sends: Arc<FileCounters>,
+    /// Connections lost: `(role, index, reason)`, taken by the Python side.
+    pub lost: Mutex<Vec<(&'static str, u32, String)>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Publisher,
+    Subscriber,
+}
+
+struct Conn {
+    fd: RawFd,
+    role: Role,
+    index: u32,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    alive: bool,
+    dirty: bool,
+    polling_out: bool,
+    kernel_reads: u64,
+    wrote: bool,
+}
+
+impl Conn {
+    fn pending(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+}
+
+pub struct Engine {
+    cfg: Config,
+    shared: Arc<Shared>,
+    conns: Vec<Conn>,
+    publishers: usize,
+    deliveries: RecordFile,
+    sends: RecordFile,
+    pad: Vec<u8>,
+}
+
+enum Next {
+    Poll,
+    Sleep,
+    Finished,
+}
+
+impl Engine {
+    pub fn new(cfg: Config, shared: Arc<Shared>, deliveries_fd: RawFd, sends_fd: RawFd) -> Self {
+        let pad = vec![0u8; cfg.payload_bytes.saturating_sub(HEADER_SIZE)];
+        Engine {
+            deliveries: RecordFile::new(deliveries_fd, shared.deliveries.clone()),
+            sends: RecordFile::new(sends_fd, shared.sends.clone()),
+            cfg,
+            shared,
+            conns: Vec::new(),
+            publishers: 0,
+            pad,
+        }
+    }
+
+    /// Add the next publisher (in schedule order: index `first + k`) with its frame parts.
+    pub fn add_publisher(&mut self, fd: RawFd, index: u32, head: Vec<u8>, tail: Vec<u8>) {
+        assert_eq!(self.conns.len(), self.publishers, "publishers come before subscribers");
+        self.conns.push(Conn::new(fd, Role::Publisher, index, head, tail));
+        self.publishers += 1;
+    }
+
+    pub fn add_subscriber(&mut self, fd: RawFd, index: u32) {
+        self.conns.push(Conn::new(fd, Role::Subscriber, index, Vec::new(), Vec::new()));
+    }
+
+    /// Run until `shared.stop`: publish the schedule, receive, record.
+    pub fn run(&mut self) -> std::io::Result<()> {
+        let epoll = Epoll::new()?;
+        let timer = Timer::new()?;
+        epoll.add(timer.fd, sys::IN, TIMER_TOKEN)?;
+        for (k, conn) in self.conns.iter_mut().enumerate() {
+            sys::set_nonblocking(conn.fd)?;
+            if self.cfg.kernel_stamps {
+                sys::enable_receive_stamps(conn.fd)?;
+            }
+            epoll.add(conn.fd, sys::IN | sys::ERR_HUP, k as u64)?;
+        }
+        self.shared.connected.store(self.conns.len() as u64, Ordering::Relaxed);
+        let mut publish = PublishState::new(&self.cfg);
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let mut scratch = vec![0u8; READ_BYTES];
+        let mut next_flush = sys::monotonic_ns() + RECORD_FLUSH_NS;
+        let mut next_tick = sys::monotonic_ns() + self.cfg.keepalive_ns / 2;
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let next = self.step(&mut publish, &timer);
+            self.write_dirty(&epoll);
+            let timeout = match next {
+                Next::Poll => 0,
+                Next::Sleep | Next::Finished => IDLE_WAIT_MS,
+            };
+            let n = epoll.wait(&mut events, timeout);
+            for event in &events[..n] {
+                let (token, flags) = (event.u64, event.events);
+                if token == TIMER_TOKEN {
+                    timer.acknowledge();
+                    publish.timer_fired(&self.shared);
+                } else {
+                    self.on_ready(&epoll, token as usize, flags, &mut scratch);
+                }
+            }
+            let mono = sys::monotonic_ns();
+            if mono >= next_flush {
+                self.deliveries.flush();
+                self.sends.flush();
+                next_flush = mono + RECORD_FLUSH_NS;
+            }
+            if self.cfg.keepalive_ns > 0 && mono >= next_tick {
+                self.keepalive();
+                next_tick = mono + self.cfg.keepalive_ns / 2;
+            }
+        }
+        self.write_dirty(&epoll);
+        self.deliveries.flush();
+        self.sends.flush();
+        Ok(())
+    }
+
+    /// Send what is due, as `PublishLoop._step` does; say how to wait next.
+    fn step(&mut self, p: &mut PublishState, timer: &Timer) -> Next {
+        if p.schedule.finished() {
+            p.finish(&self.shared);
+            return Next::Finished;
+        }
+        if p.armed_at.is_some() {
+            return Next::Sleep;
+        }
+        let mut now = sys::realtime_ns();
+        let began = now;
+        let mut sent = 0u32;
+        loop {
+            let due = p.schedule.next_due_ns();
+            let wait = due - now;
+            if wait > 0 {
+                if wait > p.margin.value_ns + MIN_SLEEP_NS {
+                    let at = due - p.margin.value_ns;
+                    p.armed_at = Some(at);
+                    timer.arm_at(at);
+                    return Next::Sleep;
+                }
+                let spin_from = now;
+                while now < due {
+                    now = sys::realtime_ns();
+                }
+                p.spin_ns += now - spin_from;
+            }
+            p.started(&self.shared);
+            let (publisher, seq) = p.schedule.current();
+            self.send(publisher, seq, due);
+            p.schedule.advance();
+            p.count(now - due, self.cfg.late_threshold_ns);
+            sent += 1;
+            if p.schedule.finished() {
+                p.publish_counters(&self.shared);
+                return Next::Poll;
+            }
+            now = sys::realtime_ns();
+            if sent >= BATCH || now - began >= BUDGET_NS {
+                p.yields += 1;
+                p.publish_counters(&self.shared);
+                return Next::Poll;
+            }
+        }
+    }
+
+    /// Hand one message to its publisher's connection (`Publishing._make_send`).
+    fn send(&mut self, publisher: i64, seq: i64, intended: i64) {
+        let k = (publisher - self.cfg.first) as usize;
+        let t = sys::realtime_ns();
+        let conn = &mut self.conns[k];
+        let (pub32, seq32) = (publisher as u32, seq as u32);
+        if !conn.alive || conn.pending() >= self.cfg.max_pending_bytes {
+            if conn.alive {
+                self.shared.send_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            self.sends.append(intended, 0, pub32, SEND_FAILED, seq32);
+            self.shared.send_failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        conn.out.extend_from_slice(&conn.head);
+        conn.out.extend_from_slice(&pub32.to_le_bytes());
+        conn.out.extend_from_slice(&seq32.to_le_bytes());
+        conn.out.extend_from_slice(&t.to_le_bytes());
+        conn.out.extend_from_slice(&0i64.to_le_bytes());
+        conn.out.extend_from_slice(&self.pad);
+        conn.out.extend_from_slice(&conn.tail);
+        conn.dirty = true;
+        conn.wrote = true;
+        self.sends.append(t, 0, pub32, SEND_OK, seq32);
+        self.shared.sent_ok.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One write per connection that has something queued.
+    fn write_dirty(&mut self, epoll: &Epoll) {
+        for k in 0..self.conns.len() {
+            if self.conns[k].dirty {
+                self.conns[k].dirty = false;
+                self.write_out(epoll, k);
+            }
+        }
+        let pending: usize = self.conns.iter().map(Conn::pending).sum();
+        self.shared.pending_bytes.store(pending as u64, Ordering::Relaxed);
+    }
+
+    fn write_out(&mut self, epoll: &Epoll, k: usize) {
+        let conn = &mut self.conns[k];
+        if !conn.alive {
+            return;
+        }
+        while conn.pending() > 0 {
+            match sys::write(conn.fd, &conn.out[conn.out_pos..]) {
+                Wrote::Bytes(n) => conn.out_pos += n,
+                Wrote::WouldBlock => break,
+                Wrote::Failed(err) => {
+                    let reason = describe(&err);
+                    self.lose(epoll, k, reason);
+                    return;
+                }
+            }
+        }
+        let conn = &mut self.conns[k];
+        if conn.pending() == 0 {
+            conn.out.clear();
+            conn.out_pos = 0;
+        }
+        let want_out = conn.pending() > 0;
+        if want_out != conn.polling_out {
+            conn.polling_out = want_out;
+            let flags = sys::IN | sys::ERR_HUP | if want_out { sys::OUT } else { 0 };
+            let _ = epoll.modify(conn.fd, flags, k as u64);
+        }
+    }
+
+    fn on_ready(&mut self, epoll: &Epoll, k: usize, flags: u32, scratch: &mut [u8]) {
+        if !self.conns[k].alive {
+            return;
+        }
+        if flags & sys::OUT != 0 {
+            self.write_out(epoll, k);
+        }
+        if flags & (sys::IN | sys::ERR_HUP) != 0 {
+            self.read(epoll, k, scratch);
+        }
+    }
+
+    fn read(&mut self, epoll: &Epoll, k: usize, scratch: &mut [u8]) {
+        let (n, stamp) = match sys::read_stamped(self.conns[k].fd, scratch) {
+            Read::Data(n, stamp) => (n, stamp),
+            Read::WouldBlock => return,
+            Read::Closed => {
+                self.lose(epoll, k, "connection closed by the server".to_string());
+                return;
+            }
+            Read::Failed(err) => {
+                self.lose(epoll, k, describe(&err));
+                return;
+            }
+        };
+        let t_recv = self.receive_time(k, stamp);
+        let conn = &mut self.conns[k];
+        let mut sink = ConnSink {
+            records: &mut self.deliveries,
+            shared: &self.shared,
+            t_recv,
+            sub: conn.index,
+            records_deliveries: conn.role == Role::Subscriber,
+            answers: Vec::new(),
+        };
+        let parsed = if conn.inbuf.is_empty() {
+            let data = &scratch[..n];
+            self.cfg.protocol.parse(data, &mut sink).map(|used| {
+                conn.inbuf.extend_from_slice(&data[used..]);
+            })
+        } else {
+            conn.inbuf.extend_from_slice(&scratch[..n]);
+            self.cfg.protocol.parse(&conn.inbuf, &mut sink).map(|used| {
+                conn.inbuf.drain(..used);
+            })
+        };
+        let answers = std::mem::take(&mut sink.answers);
+        if let Err(why) = parsed {
+            self.lose(epoll, k, format!("protocol error: {why}"));
+            return;
+        }
+        if !answers.is_empty() {
+            let conn = &mut self.conns[k];
+            for answer in answers {
+                conn.out.extend_from_slice(answer);
+            }
+            conn.dirty = true;
+            conn.wrote = true;
+        }
+    }
+
+    /// The receive time of a read (`StreamConnection.receive_ns`): the kernel's stamp when
+    /// there is one, else the clock now.
+    fn receive_time(&mut self, k: usize, stamp: i64) -> i64 {
+        let conn = &mut self.conns[k];
+        if stamp != 0 && self.cfg.kernel_stamps {
+            conn.kernel_reads += 1;
+            self.shared.kernel_reads.fetch_add(1, Ordering::Relaxed);
+            return stamp;
+        }
+        if !self.cfg.kernel_stamps || conn.kernel_reads > 0 {
+            self.shared.user_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        sys::realtime_ns()
+    }
+
+    fn lose(&mut self, epoll: &Epoll, k: usize, reason: String) {
+        let conn = &mut self.conns[k];
+        if !conn.alive {
+            return;
+        }
+        conn.alive = false;
+        epoll.delete(conn.fd);
+        conn.out.clear();
+        conn.out_pos = 0;
+        self.shared.disconnects.fetch_add(1, Ordering::Relaxed);
+        self.shared.connected.fetch_sub(1, Ordering::Relaxed);
+        let role = match conn.role {
+            Role::Publisher => "pub",
+            Role::Subscriber => "sub",
+        };
+        if let Ok(mut lost) = self.shared.lost.lock() {
+            lost.push((role, conn.index, reason));
+        }
+    }
+
+    /// A connection that wrote nothing since the last tick sends the protocol's ping.
+    fn keepalive(&mut self) {
+        let Some(ping) = self.cfg.protocol.keepalive() else { return };
+        for conn in self.conns.iter_mut().filter(|c| c.alive) {
+            if !conn.wrote {
+                conn.out.extend_from_slice(ping);
+                conn.dirty = true;
+            }
+            conn.wrote = false;
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        for conn in &self.conns {
+            sys::close(conn.fd);
+        }
+    }
+}
+
+impl Conn {
+    fn new(fd: RawFd, role: Role, index: u32, head: Vec<u8>, tail: Vec<u8>) -> Self {
+        Conn {
+            fd,
+            role,
+            index,
+            head,
+            tail,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            alive: true,
+            dirty: false,
+            polling_out: false,
+            kernel_reads: 0,
+            wrote: false,
+        }
+    }
+}
+
+fn describe(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().collect::<String>() + chars.as_str(),
+        None => text,
+    }
+}
+
+/// The schedule and what the loop observed about itself (`ScheduleStats`).
+struct PublishState {
+    schedule: Schedule,
+    margin: WakeMargin,
+    armed_at: Option<i64>,
+    due: u64,
+    late: u64,
+    max_lag_ns: i64,
+    spin_ns: i64,
+    wakeups: u64,
+    yields: u64,
+    began: bool,
+    done: bool,
+}
+
+impl PublishState {
+    fn new(cfg: &Config) -> Self {
+        let schedule = Schedule::new(
+            cfg.start_ns,
+            cfg.rate,
+            cfg.publishers_total,
+            cfg.first,
+            cfg.last,
+            cfg.messages_per_publisher,
+        );
+        let margin = WakeMargin::new(schedule.spin_cap_ns(cfg.spin_ns));
+        PublishState {
+            schedule,
+            margin,
+            armed_at: None,
+            due: 0,
+            late: 0,
+            max_lag_ns: 0,
+            spin_ns: 0,
+            wakeups: 0,
+            yields: 0,
+            began: false,
+            done: false,
+        }
+    }
+
+    fn timer_fired(&mut self, shared: &Shared) {
+        if let Some(armed) = self.armed_at.take() {
+            self.wakeups += 1;
+            self.margin.observe(sys::realtime_ns() - armed);
+            shared.wakeups.store(self.wakeups, Ordering::Relaxed);
+            shared.margin_ns.store(self.margin.value_ns, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn count(&mut self, lag: i64, late_threshold_ns: i64) {
+        self.due += 1;
+        if lag > self.max_lag_ns {
+            self.max_lag_ns = lag;
+        }
+        if lag > late_threshold_ns {
+            self.late += 1;
+        }
+    }
+
+    fn started(&mut self, shared: &Shared) {
+        if !self.began {
+            self.began = true;
+            shared.cpu_start_ns.store(sys::process_cpu_ns(), Ordering::Relaxed);
+            shared.mono_start_ns.store(sys::monotonic_ns(), Ordering::Relaxed);
+        }
+    }
+
+    fn publish_counters(&self, shared: &Shared) {
+        shared.due.store(self.due, Ordering::Relaxed);
+        shared.late.store(self.late, Ordering::Relaxed);
+        shared.max_lag_ns.store(self.max_lag_ns, Ordering::Relaxed);
+        shared.spin_ns.store(self.spin_ns, Ordering::Relaxed);
+        shared.yields.store(self.yields, Ordering::Relaxed);
+        shared.margin_ns.store(self.margin.value_ns, Ordering::Relaxed);
+    }
+
+    fn finish(&mut self, shared: &Shared) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.publish_counters(shared);
+        if self.began {
+            shared.cpu_end_ns.store(sys::process_cpu_ns(), Ordering::Relaxed);
+            shared.mono_end_ns.store(sys::monotonic_ns(), Ordering::Relaxed);
+        }
+        shared.published.store(true, Ordering::Release);
+    }
+}
+
+/// Receives of one read: deliveries become records stamped `t_recv`.
+struct ConnSink<'a> {
+    records: &'a mut RecordFile,
+    shared: &'a Shared,
+    t_recv: i64,
+    sub: u32,
+    records_deliveries: bool,
+    answers: Vec<&'static [u8]>,
+}
+
+impl Sink for ConnSink<'_> {
+    #[inline]
+    fn delivery(&mut self, payload: &[u8]) {
+        if !self.records_deliveries || payload.len() < HEADER_SIZE {
+            return;
+        }
+        let publisher = u32::from_le_bytes(payload[0..4].try_into().unwrap());
+        let seq = u32::from_le_bytes(payload[4..8].try_into().unwrap());
+        let t_sent = i64::from_le_bytes(payload[8..16].try_into().unwrap());
+        let lat = delivery_latency(t_sent, self.t_recv);
+        self.records.append(t_sent, lat, publisher, self.sub, seq);
+    }
+
+    fn answer(&mut self, bytes: &'static [u8]) {
+        self.answers.push(bytes);
+    }
+
+    fn publish_reply(&mut self, receivers: i64) {
+        self.shared.publish_replies.fetch_add(1, Ordering::Relaxed);
+        if receivers == 0 {
+            self.shared.unreceived.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn server_error(&mut self, _text: &[u8]) {
+        self.shared.server_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
