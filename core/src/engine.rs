@@ -136,7 +136,8 @@ impl Engine {
         }
     }
 
-    /// Add the next publisher (in schedule order: index `first + k`) with its frame parts.
+    /// Add the next publisher (in schedule order: index `first + k`) with its frame parts;
+    /// `fd` < 0: a publisher that never connected (its sends are recorded as failed).
     pub fn add_publisher(&mut self, fd: RawFd, index: u32, head: Vec<u8>, tail: Vec<u8>) {
         assert_eq!(self.conns.len(), self.publishers, "publishers come before subscribers");
         self.conns.push(Conn::new(fd, Role::Publisher, index, head, tail));
@@ -153,13 +154,17 @@ impl Engine {
         let timer = Timer::new()?;
         epoll.add(timer.fd, sys::IN, TIMER_TOKEN)?;
         for (k, conn) in self.conns.iter_mut().enumerate() {
+            if !conn.alive {
+                continue; // a client that never connected: its sends fail
+            }
             sys::set_nonblocking(conn.fd)?;
             if self.cfg.kernel_stamps {
                 sys::enable_receive_stamps(conn.fd)?;
             }
             epoll.add(conn.fd, sys::IN | sys::ERR_HUP, k as u64)?;
         }
-        self.shared.connected.store(self.conns.len() as u64, Ordering::Relaxed);
+        let alive = self.conns.iter().filter(|c| c.alive).count();
+        self.shared.connected.store(alive as u64, Ordering::Relaxed);
         let mut publish = PublishState::new(&self.cfg);
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let mut scratch = vec![0u8; READ_BYTES];
@@ -425,7 +430,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        for conn in &self.conns {
+        for conn in self.conns.iter().filter(|c| c.fd >= 0) {
             sys::close(conn.fd);
         }
     }
@@ -442,7 +447,7 @@ impl Conn {
             inbuf: Vec::new(),
             out: Vec::new(),
             out_pos: 0,
-            alive: true,
+            alive: fd >= 0,
             dirty: false,
             polling_out: false,
             kernel_reads: 0,

@@ -19,6 +19,7 @@ from mqbench.errors import ResultsError
 from mqbench.records.cell_params import CellParams
 from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.format import SCHEMA_VERSION
+from mqbench.records.hot_path import HotPathEntry
 from mqbench.records.intended import measured_window
 from mqbench.records.timing import TimingEntry
 from mqbench.records.worker_stats import WorkerStats
@@ -290,6 +291,8 @@ class CellEntry:
     timing: TimingEntry | None = None
     """How the workers were scheduled, on which CPUs, and the wake-up floor they had
     (``generator.realtime``, docs/results.md)."""
+    hot_path: HotPathEntry | None = None
+    """Which engine ran the publish and receive loop, and why (``generator.hot_path``)."""
 
     @property
     def analysable(self) -> bool:
@@ -320,7 +323,8 @@ class CellEntry:
                 | BrokerExitEntry
                 | GeneratorVerdict
                 | GeneratorClocks
-                | TimingEntry,
+                | TimingEntry
+                | HotPathEntry,
             ):
                 value = value.to_dict()
             elif isinstance(value, Totals):
@@ -363,6 +367,11 @@ class CellEntry:
             timing_entry = None if timing is None else TimingEntry.from_dict(timing)
         except (KeyError, TypeError, ValueError) as exc:
             raise CellEntryError(f"cell {cid}: timing: {exc}") from None
+        hot_path = _mapping(cid, "hot_path", data.get("hot_path"))
+        try:
+            hot_path_entry = None if hot_path is None else HotPathEntry.from_dict(hot_path)
+        except ValueError as exc:
+            raise CellEntryError(f"cell {cid}: {exc}") from None
         return cls(
             id=cid,
             index=_int(cid, "index", data.get("index") or 0),
@@ -393,6 +402,7 @@ class CellEntry:
             finished_ns=_opt_int(cid, "finished_ns", data.get("finished_ns")),
             clocks=clock_entry,
             timing=timing_entry,
+            hot_path=hot_path_entry,
         )
 
 

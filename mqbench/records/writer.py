@@ -29,6 +29,7 @@ class RecordWriter:
     """
 
     __slots__ = (
+        "_base",
         "_buf",
         "_capacity",
         "_file",
@@ -53,6 +54,8 @@ class RecordWriter:
         """Records handed to the OS (whole records in the file)."""
         self.error: OSError | None = None
         """The write error that stopped this writer (None while it works)."""
+        self._base: tuple[int, int] | None = None
+        """``(count, written)`` when the file was lent (``lend``); None: not lent."""
 
     def append(self, t_sent: int, lat: int, pub: int, sub: int, seq: int) -> None:
         """Append one record (``lat`` already in 100 ns units and within i32)."""
@@ -97,6 +100,28 @@ class RecordWriter:
             os.ftruncate(file.fileno(), self.written * RECORD_SIZE)
         with contextlib.suppress(OSError):
             file.close()
+
+    def lend(self) -> int:
+        """Write out the partial block and return a duplicate of the file descriptor for
+        another writer (the compiled core), which appends whole records at the same file
+        position from now on; its counts come back through ``adopt``. Nothing may be
+        appended here while the file is lent."""
+        self.flush()
+        if self._file is None:
+            raise ValueError(f"{self.path}: writer is closed")
+        self._base = (self.count, self.written)
+        return os.dup(self._file.fileno())
+
+    def adopt(self, count: int, written: int, errno: int = 0) -> None:
+        """The borrower's counts so far (records appended and written since ``lend``), and
+        the errno of the write that stopped it (0: none; the borrower cut the file back to
+        its last whole record)."""
+        if self._base is None:
+            raise ValueError(f"{self.path}: adopt without lend")
+        self.count = self._base[0] + count
+        self.written = self._base[1] + written
+        if errno and self.error is None:
+            self._fail(OSError(errno, os.strerror(errno)))
 
     def flush(self) -> None:
         """Write the partial block and push it to the OS."""

@@ -241,6 +241,15 @@ class Generator(_Strict):
         "(SO_TIMESTAMPNS; the lean clients on plain TCP), user = the worker's clock after it "
         "woke up (TLS connections and the stock clients always); docs/performance.md",
     )
+    hot_path: Literal["auto", "python", "compiled"] = Field(
+        default="auto",
+        description="what runs the publish and receive loop of a worker: compiled = the "
+        "compiled core (mqbench_core, built by scripts/install.sh) on the cells it serves "
+        "(lean MQTT QoS 0, NATS, Redis; plain TCP; no faults or churn; local engine), "
+        "python = the asyncio engine everywhere; auto = compiled where it serves the cell and "
+        "is installed, else python; compiled refuses a run with a cell it cannot serve; "
+        "each cell's choice and why is in the manifest (docs/performance.md)",
+    )
     reconnect_max: float = Field(
         default=0.1,
         gt=0,

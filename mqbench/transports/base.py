@@ -69,6 +69,10 @@ class TransportCapabilities:
     max_payload: PayloadLimit | None = None
     """The largest payload the protocol carries whatever the broker's settings (None: the
     broker decides; its definition's ``payload_limit`` says how much)."""
+    compiled: str | None = None
+    """The session framing the compiled core speaks for this client's established
+    connections (``mqtt``, ``nats``, ``redis``; docs/performance.md), lent to it through
+    ``LendsSockets``; None: its cells run on the Python engine."""
 
 
 def require_qos(qos: int, client: str, capabilities: TransportCapabilities) -> None:
@@ -196,6 +200,25 @@ class Client(Protocol):
 
     def stats(self) -> ClientStats:
         """The client's counters so far."""
+        ...
+
+
+class LendsSockets(Protocol):
+    """A client whose established session the compiled core can drive
+    (``TransportCapabilities.compiled`` names the framing)."""
+
+    def lend_socket(self) -> int:
+        """Stop reading, writing and keepalive on the connection and return a duplicate of
+        its socket for the core to own (the client keeps its own and closes it as usual).
+
+        Raises ``TransportError`` (UNSUPPORTED) when the session cannot be lent (TLS,
+        bytes of a frame already read, not connected).
+        """
+        ...
+
+    def publish_frame(self, topic: str, payload_bytes: int) -> tuple[bytes, bytes]:
+        """The bytes before and after a QoS 0 payload of ``payload_bytes`` published to
+        ``topic`` on this connection."""
         ...
 
 

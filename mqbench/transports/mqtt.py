@@ -83,6 +83,7 @@ CAPABILITIES = TransportCapabilities(
     tls=None,
     auth=None,
     max_payload=limits.MQTT,
+    compiled="mqtt",
 )
 """What the mqtt client can do."""
 
@@ -401,6 +402,19 @@ class MqttClient:
                         write(bytes((head[0] | 0x08,)) + head[1:] + payload)
             self._stream.emit(Resent(self._options.client_id, len(self._inflight)))
         self._release_qos2_backlog()
+
+    def publish_frame(self, topic: str, payload_bytes: int) -> tuple[bytes, bytes]:
+        """A QoS 0 PUBLISH's fixed header and topic before a payload (``LendsSockets``)."""
+        return publish_prefix(topic.encode("utf-8"), payload_bytes, 0), b""
+
+    def lend_socket(self) -> int:
+        """The established session's socket, for the compiled core (``LendsSockets``)."""
+        if self._parser.buffered:
+            raise TransportError(
+                f"cannot lend the session of {self._stream.where}: part of a packet is read",
+                _UNSUPPORTED,
+            )
+        return self._stream.lend()
 
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` for every completed QoS 1/2 publish."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from collections import deque
 from typing import Any
 
@@ -65,7 +66,12 @@ DEFAULT_MAX_PAYLOAD = 1 << 20
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
 CAPABILITIES = TransportCapabilities(
-    max_qos=0, persistent_sessions=False, wildcard_filters=True, tls=None, auth=None
+    max_qos=0,
+    persistent_sessions=False,
+    wildcard_filters=True,
+    tls=None,
+    auth=None,
+    compiled="nats",
 )
 """What the nats client can do."""
 
@@ -230,6 +236,24 @@ class NatsClient:
         and raises ``TransportError`` for a payload larger than the server's ``max_payload``.
         """
         require_qos(qos, "nats", CAPABILITIES)
+        return self._stream.frame_sender(self._header_for(topic), CRLF)
+
+    def publish_frame(self, topic: str, payload_bytes: int) -> tuple[bytes, bytes]:
+        """``PUB <subject> <n>\\r\\n`` and the CRLF around a payload (``LendsSockets``)."""
+        return self._header_for(topic)(payload_bytes), CRLF
+
+    def lend_socket(self) -> int:
+        """The established session's socket, for the compiled core (``LendsSockets``)."""
+        if self._parser.buffered:
+            raise TransportError(
+                f"cannot lend the session of {self._stream.where}: part of a frame is read",
+                _UNSUPPORTED,
+            )
+        return self._stream.lend()
+
+    def _header_for(self, topic: str) -> Callable[[int], bytes]:
+        """The ``PUB`` control line for a payload size (cached; ``TransportError`` above
+        ``max_payload`` or for an invalid subject)."""
         try:
             subject = encode_subject(nats_subject(topic), wildcards=False)
         except ValueError as exc:
@@ -248,7 +272,7 @@ class NatsClient:
                 )
             return pub_header(subject, size)
 
-        return self._stream.frame_sender(header_for, CRLF)
+        return header_for
 
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; core NATS has no acknowledgements, so it is never called."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from collections import deque
 from dataclasses import dataclass
 
@@ -86,6 +87,7 @@ CAPABILITIES = TransportCapabilities(
     tls=None,
     auth=None,
     max_payload=limits.REDIS,
+    compiled="redis",
 )
 """What the redis client can do."""
 
@@ -246,6 +248,24 @@ class RedisClient:
         and raises ``TransportError`` for a payload above Redis's 512 MiB bulk limit.
         """
         require_qos(qos, "redis", CAPABILITIES)
+        return self._stream.frame_sender(self._prefix_for(topic), CRLF)
+
+    def publish_frame(self, topic: str, payload_bytes: int) -> tuple[bytes, bytes]:
+        """``PUBLISH``'s array head, channel and bulk length, and the CRLF after a payload
+        (``LendsSockets``)."""
+        return self._prefix_for(topic)(payload_bytes), CRLF
+
+    def lend_socket(self) -> int:
+        """The established session's socket, for the compiled core (``LendsSockets``)."""
+        if self._parser.buffered:
+            raise TransportError(
+                f"cannot lend the session of {self._stream.where}: part of a reply is read",
+                _UNSUPPORTED,
+            )
+        return self._stream.lend()
+
+    def _prefix_for(self, topic: str) -> Callable[[int], bytes]:
+        """The publishing role for ``topic`` and its ``PUBLISH`` prefix by payload size."""
         if self._role == "subscriber":
             raise TransportError(
                 "a subscribed redis connection cannot publish (RESP2 subscribed mode); "
@@ -265,7 +285,7 @@ class RedisClient:
                 )
             return publish_prefix(channel, size)
 
-        return self._stream.frame_sender(prefix_for, CRLF)
+        return prefix_for
 
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Accepted for the contract; Redis Pub/Sub has no acknowledgements, so never called."""

@@ -195,6 +195,7 @@ class StreamConnection(asyncio.Protocol):
         "_flush_scheduled",
         "_high",
         "_keepalive",
+        "_lent",
         "_lost",
         "_on_data",
         "_on_event",
@@ -267,6 +268,7 @@ class StreamConnection(asyncio.Protocol):
         self._connected = False
         self._open = False
         """Connected and not back-pressured: ``send`` takes its fastest path."""
+        self._lent = False
         self.stage = ""
         """What the handshake waits for, named in a connect timeout ("no CONNACK")."""
         self.loss_reason: str | None = None
@@ -417,6 +419,44 @@ class StreamConnection(asyncio.Protocol):
             self.user_stamped_reads += 1
         return time.time_ns()
 
+    def lend(self) -> int:
+        """Hand the established session to another reader and writer (the compiled core,
+        docs/performance.md): write what is queued, stop keepalive and reading, refuse
+        ``send`` from now on, and return a duplicate of the socket, which the borrower owns.
+        The connection stays open here; ``close`` says goodbye and closes it as usual once
+        the borrower is done.
+
+        Raises ``TransportError`` (UNSUPPORTED) when the session is not up, is TLS, or
+        still has bytes queued for the socket.
+        """
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        why = None
+        if transport is None or sock is None or not self._connected:
+            why = "it is not connected"
+        elif self._tls:
+            why = "it is TLS"
+        else:
+            self.flush_out()
+            if transport.get_write_buffer_size():
+                why = "bytes are still queued for its socket"
+        if why is not None or transport is None or sock is None:
+            raise TransportError(
+                f"cannot lend the session of {self.where}: {why}", TransportErrorKind.UNSUPPORTED
+            )
+        fd = os.dup(sock.fileno())
+        self._cancel_keepalive()
+        self._stop_kernel_stamps()
+        transport.pause_reading()
+        self._lent = True
+        self._open = False
+        return fd
+
+    @property
+    def lent(self) -> bool:
+        """True once the session was lent (``lend``): ``send`` refuses messages."""
+        return self._lent
+
     def _read_with_kernel_stamps(self) -> None:
         """Switch reading to ``recvmsg`` with ``SO_TIMESTAMPNS`` on a duplicate socket;
         stays on the transport's reads where the socket cannot do it."""
@@ -506,6 +546,7 @@ class StreamConnection(asyncio.Protocol):
         )
 
     def _reset(self) -> None:
+        self._lent = False
         self._out = bytearray()
         self._flush_scheduled = False
         self._paused = False
@@ -527,7 +568,7 @@ class StreamConnection(asyncio.Protocol):
         is never queued. A ``body`` of ``COALESCE_MAX`` bytes or more is written at once.
         """
         if not self._open:
-            if not self._connected:
+            if not self._connected or self._lent:
                 return False
             if self.pending_bytes() >= self.max_pending:
                 self.sends_refused += 1
@@ -805,7 +846,7 @@ class StreamConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         """The write buffer drained below its low-water mark."""
         self._paused = False
-        self._open = self._connected
+        self._open = self._connected and not self._lent
         waiter = self._drain_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

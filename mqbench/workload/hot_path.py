@@ -1,0 +1,84 @@
+"""Which engine runs a cell's publish and receive loop (``generator.hot_path``).
+
+The compiled core (``mqbench_core``, built by ``scripts/install.sh`` from ``core/``) serves
+a cell when its client declares a compiled session framing
+(``TransportCapabilities.compiled``) and the cell needs nothing the core does not do:
+QoS 0, plain TCP, no faults or churn (the core does not reconnect), the local engine and
+the timerfd timer. Everything else runs on the Python engine. The choice is a pure
+function of the scenario, the cell, the client's capabilities and whether the core is
+installed (:func:`core_version`), made once in the parent and recorded per cell
+(``records.hot_path.HotPathEntry``); ``run --dry-run`` prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from mqbench.errors import ScenarioError
+from mqbench.records.hot_path import HotPathEntry
+from mqbench.scenario.matrix import Cell
+from mqbench.scenario.model import Scenario
+from mqbench.transports.base import TransportCapabilities
+
+CORE_MODULE = "mqbench_core"
+
+
+@dataclass(frozen=True)
+class CoreInstall:
+    """Whether the compiled core can be imported here: its version, or why not."""
+
+    version: str | None
+    missing: str | None = None
+
+
+@functools.cache
+def core_install() -> CoreInstall:
+    """The compiled core of this environment (imported once, lazily)."""
+    try:
+        import mqbench_core
+    except ImportError as exc:
+        return CoreInstall(None, f"the compiled core is not installed ({exc.name or exc})")
+    return CoreInstall(str(getattr(mqbench_core, "__version__", "?")))
+
+
+def unserved_because(
+    scenario: Scenario, cell: Cell, capabilities: TransportCapabilities
+) -> str | None:
+    """Why the compiled core cannot run ``cell`` (None: it can)."""
+    generator = scenario.generator
+    reasons = [
+        (capabilities.compiled is None, f"client {cell.client or 'default'} has no compiled path"),
+        (cell.qos != 0, f"QoS {cell.qos} (the core sends QoS 0 only)"),
+        (scenario.security.tls, "TLS (the core reads plain TCP)"),
+        (scenario.faults is not None, "faults (the core does not reconnect)"),
+        (cell.churn is not None, "churn (the core does not reconnect)"),
+        (generator.engine == "spark", "distributed load (Spark tasks run the Python engine)"),
+        (generator.timer == "loop", "timer: loop (the core uses timerfd)"),
+    ]
+    for applies, why in reasons:
+        if applies:
+            return why
+    return None
+
+
+def choose(
+    scenario: Scenario,
+    cell: Cell,
+    capabilities: TransportCapabilities,
+    install: CoreInstall | None = None,
+) -> HotPathEntry:
+    """The engine for ``cell`` (``ScenarioError`` when ``compiled`` is asked for and
+    cannot be had)."""
+    requested = scenario.generator.hot_path
+    if requested == "python":
+        return HotPathEntry("python", "generator.hot_path is python")
+    install = install or core_install()
+    why = unserved_because(scenario, cell, capabilities)
+    if why is None and install.version is None:
+        why = install.missing or "the compiled core is not installed"
+    if why is not None:
+        if requested == "compiled":
+            raise ScenarioError(f"{cell.id}: generator.hot_path compiled: {why}")
+        return HotPathEntry("python", f"auto: python, {why}")
+    return HotPathEntry("compiled", f"{requested}: the compiled core serves this cell", install.version)
