@@ -164,7 +164,7 @@ def scenario_data(args: argparse.Namespace, pairs: int, port: int, pid: int, eng
     if args.workers != "auto":
         generator["workers"] = int(args.workers)
     if engine != "default":
-        generator["core"] = engine
+        generator["hot_path"] = engine
     return {
         "name": "paper-topology",
         "runtime": "external",
@@ -231,7 +231,7 @@ def row(pairs: int, engine: str, s: CellSummary, entry: CellEntry, cpu: tuple) -
         per_msg = f"{user / n * 1e6:.1f}+{system / n * 1e6:.1f}"
     lat, lag = s.latency, s.send_lag
     brk = f"{s.broker_cpu_cores_mean or 0:.2f}/{s.broker_cpu_cores_max or 0:.2f}"
-    ran = getattr(entry, "engine", None) or engine
+    ran = entry.hot_path.engine if entry.hot_path else engine
     return (
         f"{pairs:>6} {ran:>9} {s.offered_rate or 0:>8,.0f} {delivered:>8,.0f} "
         f"{s.generator_cpu_cores_mean or 0:>6.2f} {brk:>11} {per_msg:>15} "
@@ -251,7 +251,7 @@ def main() -> None:
     parser.add_argument("--workers", default="auto")
     parser.add_argument("--realtime", default="auto", choices=["auto", "on", "off"])
     parser.add_argument(
-        "--engine", default="default", help="comma separated generator.core values, run in turn"
+        "--engine", default="default", help="comma separated generator.hot_path values, run in turn"
     )
     parser.add_argument("--broker-cpu", type=int, default=0)
     parser.add_argument("--generator-cpu", type=int, default=1)

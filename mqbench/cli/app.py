@@ -296,6 +296,8 @@ def _print_outline(scenario: Any, plan: RunOutline) -> None:
     print_lines(table.lines)
     if table.dropped:
         console.print(f"not shown at this width: {', '.join(table.dropped)}", style="dim")
+    for line in hot_path_lines(plan):
+        console.print(line)
     note = f"load time at least {plan.load_s:.0f} s (plus broker start-up and analysis)"
     if scenario.search is not None:
         note += f"; search over {scenario.search.axis} stops early at the first failing step"
@@ -305,6 +307,22 @@ def _print_outline(scenario: Any, plan: RunOutline) -> None:
         f"results: about {human_bytes(plan.result_bytes)} (records 24 B x (sends + "
         f"deliveries + acks)); {plan.disk} has {human_bytes(plan.free_bytes)} free: {verdict}"
     )
+
+
+def hot_path_lines(plan: RunOutline) -> list[str]:
+    """Which engine runs the cells' hot path: one line per engine and reason."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for row in plan.cells:
+        entry = row.hot_path
+        reason = "" if entry.engine == "compiled" else entry.reason
+        groups.setdefault((entry.engine, reason), []).append(row.cell.id)
+    lines = []
+    for (engine, reason), ids in groups.items():
+        name = "compiled core" if engine == "compiled" else "Python engine"
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        why = f" ({reason})" if reason else ""
+        lines.append(f"hot path: {name} on {len(ids)} cell(s){why}: {shown}")
+    return lines
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, cast
 
 HOT_PATH_VERSION: Final = 1
 
@@ -42,11 +42,11 @@ class HotPathEntry:
     def from_dict(cls, data: Mapping[str, Any]) -> HotPathEntry:
         """Read the manifest form (``ValueError`` naming the key)."""
         engine = data.get("engine")
-        if engine not in get_args(HotPathEngine):
+        if engine not in ("compiled", "python"):
             raise ValueError(f"hot_path.engine {engine!r} is not one of compiled, python")
         version = data.get("core_version")
         return cls(
-            engine=engine,
+            engine=cast(HotPathEngine, engine),
             reason=str(data.get("reason") or ""),
             core_version=None if version is None else str(version),
         )

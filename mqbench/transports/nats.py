@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from mqbench import __version__

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mqbench.endpoint import Endpoint

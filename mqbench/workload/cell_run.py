@@ -41,11 +41,12 @@ from mqbench.records.manifest import Manifest
 from mqbench.records.timing import ReceiveStamp, TimingEntry
 from mqbench.scenario.matrix import Cell, broker_options
 from mqbench.scenario.model import Faults, Scenario
-from mqbench.transports.registry import resolve_client
+from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.capacity import pending_bound
 from mqbench.workload.cell_timing import RunTiming
 from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.distributed import check_cross_task, cross_task_routes, pair_count
+from mqbench.workload.hot_path import choose as choose_hot_path
 from mqbench.workload.interruption import RunInterrupted, signal_text, stop_signal
 from mqbench.workload.plan import WorkerPlan, build_worker_plans, cell_shards, process_count
 from mqbench.workload.realtime import RealtimeDecision
@@ -170,6 +171,7 @@ class CellRun:
         self.faults: FaultDriver | None = None
         self.stage: SparkStage | None = None
         self.timing: TimingEntry | None = None
+        self.hot_path = choose_hot_path(ctx.scenario, cell, get_transport(self.client).capabilities)
 
     def run(self) -> None:
         """Run the cell; raise when the run cannot go on (interrupt, lost task, full disk)."""
@@ -290,6 +292,7 @@ class CellRun:
             client_extra=protocol_params(scenario, self.transport),
             security=self.ctx.security.client,
             realtime=timing.settings,
+            hot_path=self.hot_path.engine,
         )
         if generator.distributed:
             self.stage = _spark_stage(scenario, cell, self.topology.routes, plans)
@@ -419,6 +422,7 @@ class CellRun:
             expected_delivery_rate=cell.expected_delivery_rate,
             routes=tuple(topology.routes),
             send_failures_expected=send_failures_expected,
+            hot_path=self.hot_path,
         )
 
     def _on_broker_exit(self, exit: BrokerExit) -> None:

@@ -218,4 +218,3 @@ class CompiledPublishing:
         for sub_spec, client in zip(plan.subscribers, subscribers, strict=True):
             if client is not None:
                 core.add_subscriber(cast(LendsSockets, client).lend_socket(), sub_spec.index)
-

@@ -53,7 +53,7 @@ def unserved_because(
         (scenario.security.tls, "TLS (the core reads plain TCP)"),
         (scenario.faults is not None, "faults (the core does not reconnect)"),
         (cell.churn is not None, "churn (the core does not reconnect)"),
-        (generator.engine == "spark", "distributed load (Spark tasks run the Python engine)"),
+        (generator.distributed, "distributed load (Spark tasks run the Python engine)"),
         (generator.timer == "loop", "timer: loop (the core uses timerfd)"),
     ]
     for applies, why in reasons:
@@ -81,4 +81,5 @@ def choose(
         if requested == "compiled":
             raise ScenarioError(f"{cell.id}: generator.hot_path compiled: {why}")
         return HotPathEntry("python", f"auto: python, {why}")
-    return HotPathEntry("compiled", f"{requested}: the compiled core serves this cell", install.version)
+    served = f"{requested}: the compiled core serves this cell"
+    return HotPathEntry("compiled", served, install.version)

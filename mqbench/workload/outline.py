@@ -7,11 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqbench.brokers.registry import get_target
 from mqbench.records.hadoop_fs import RemoteRoot
+from mqbench.records.hot_path import HotPathEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
+from mqbench.transports.base import TransportCapabilities
+from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, free_bytes, record_bytes, result_bytes
 from mqbench.workload.distributed import staging_parent
+from mqbench.workload.hot_path import choose as choose_hot_path
 from mqbench.workload.plan import cell_shards, process_count
 
 
@@ -27,6 +32,8 @@ class CellOutline:
     seconds: float
     """Warm-up + measured duration + drain."""
     record_bytes: int
+    hot_path: HotPathEntry
+    """Which engine would run the publish and receive loop, and why."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRo
                 layout=layout,
                 seconds=cell.warmup_s + cell.duration_s + cell.drain_s,
                 record_bytes=record_bytes(cell),
+                hot_path=choose_hot_path(scenario, cell, capabilities_of(cell)),
             )
         )
     where, free = free_bytes(out_root)
@@ -74,3 +82,9 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRo
         disk=where,
         free_bytes=free,
     )
+
+
+def capabilities_of(cell: Cell) -> TransportCapabilities:
+    """What the client of ``cell`` can do."""
+    client = resolve_client(get_target(cell.target).transport, cell.client)
+    return get_transport(client).capabilities

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from mqbench.errors import ScenarioError
+from mqbench.records.hot_path import HotPathEngine
 from mqbench.records.timing import ReceiveStamp
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Generator
@@ -78,6 +79,9 @@ class WorkerPlan:
     """Credentials and TLS of every client (pickled to the worker, never written)."""
     realtime: RealtimeSettings | None = None
     """Scheduling the worker applies to itself (None: normal, ``workload.realtime``)."""
+    hot_path: HotPathEngine = "python"
+    """What runs the publish and receive loop (``workload.hot_path``): the compiled core
+    or the Python engine."""
 
     @property
     def pub_range(self) -> tuple[int, int]:
@@ -184,6 +188,7 @@ def build_worker_plans(
     client_extra: dict[str, object] | None = None,
     security: ClientSecurity | None = None,
     realtime: RealtimeSettings | None = None,
+    hot_path: HotPathEngine = "python",
 ) -> list[WorkerPlan]:
     """Shard a cell over worker processes.
 
@@ -249,6 +254,7 @@ def build_worker_plans(
                 client_extra=dict(client_extra or {}),
                 security=security,
                 realtime=realtime,
+                hot_path=hot_path,
             )
         )
     return plans

@@ -31,6 +31,7 @@ from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
 from mqbench.workload.distributed import check_distributed, check_remote_output, staging_parent
+from mqbench.workload.hot_path import choose as choose_hot_path
 from mqbench.workload.plan import worker_count
 from mqbench.workload.security import check_security
 from mqbench.workload.topology import build_topology, fault_targets
@@ -83,6 +84,7 @@ def _preflight(
     check_clients(scenario)
     check_resources(scenario)
     check_cells(scenario, chosen)
+    check_hot_paths(scenario, chosen)
     check_distributed(scenario, chosen)
     if out_root is not None:
         check_disk_space(chosen, out_root)
@@ -145,6 +147,15 @@ def check_clients(scenario: Scenario) -> None:
                     f"target {target_name!r}: the {name} client ({target.transport}) has no "
                     "persistent sessions (set workload.persistent: false)"
                 )
+
+
+def check_hot_paths(scenario: Scenario, cells: Sequence[Cell]) -> None:
+    """``generator.hot_path: compiled`` only when the compiled core serves every cell."""
+    if scenario.generator.hot_path != "compiled":
+        return
+    for cell in cells:
+        client = resolve_client(get_target(cell.target).transport, cell.client)
+        choose_hot_path(scenario, cell, get_transport(client).capabilities)
 
 
 def check_resources(scenario: Scenario) -> None:

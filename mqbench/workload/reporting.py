@@ -16,6 +16,7 @@ from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client
 from mqbench.workload.client_pool import ClientPool
+from mqbench.workload.compiled import CompiledPublishing, CoreCounts
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publishing import Publishing
 from mqbench.workload.realtime import current_policy
@@ -62,7 +63,7 @@ class WorkerReport:
         self,
         plan: WorkerPlan,
         pool: ClientPool,
-        publishing: Publishing,
+        publishing: Publishing | CompiledPublishing,
         writers: tuple[RecordWriter, RecordWriter],
     ) -> None:
         self.plan = plan
@@ -108,11 +109,21 @@ class WorkerReport:
         ``fresh=False`` uses the client totals of the last sliced recount instead of
         walking every client now (the periodic report while publishing).
         """
-        pool, publishing, loop_stats = self.pool, self.publishing, self.publishing.stats
+        pool, publishing = self.pool, self.publishing
+        core = CoreCounts()
+        if isinstance(publishing, CompiledPublishing):
+            publishing.refresh()
+            core = publishing.counts()
+        loop_stats = publishing.stats
         if fresh:
             self._client_totals = count_clients(pool.all())
         connected, pending, puback, refused = self._client_totals
         kernel_stamped, user_stamped = count_stamps(pool.all()) if fresh else (0, 0)
+        connected -= core.disconnects
+        pending += core.pending_write_bytes
+        refused += core.sends_refused
+        kernel_stamped += core.kernel_stamped_reads
+        user_stamped += core.user_stamped_reads
         return WorkerStats(
             worker=self.plan.worker,
             pid=os.getpid(),
@@ -136,7 +147,7 @@ class WorkerReport:
             connect_failed=pool.connect_failed,
             first_connect_error=pool.first_connect_error,
             connected_ns=pool.connected_ns,
-            disconnects=pool.disconnects,
+            disconnects=pool.disconnects + core.disconnects,
             reconnects=pool.reconnects,
             qos_downgraded=pool.qos_downgraded,
             publish_qos2_acked_as_qos1=puback,

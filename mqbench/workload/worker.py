@@ -33,6 +33,7 @@ from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.registry import get_transport
 from mqbench.workload.client_pool import ClientPool
+from mqbench.workload.compiled import CompiledPublishing
 from mqbench.workload.messages import (
     ControlMessage,
     Done,
@@ -68,8 +69,15 @@ class Worker:
         cell_dir = Path(plan.cell_dir)
         self.deliveries = RecordWriter(cell_dir / f"deliveries-{plan.worker}.bin")
         self.sends = RecordWriter(cell_dir / f"sends-{plan.worker}.bin")
-        self.pool = ClientPool(plan, get_transport(plan.transport), self.deliveries, self._event)
-        self.publishing = Publishing(plan, self.sends)
+        transport = get_transport(plan.transport)
+        self.pool = ClientPool(plan, transport, self.deliveries, self._event)
+        self.publishing: Publishing | CompiledPublishing
+        compiled = transport.capabilities.compiled
+        if plan.hot_path == "compiled" and compiled is not None:
+            writers = (self.deliveries, self.sends)
+            self.publishing = CompiledPublishing(plan, writers, self._event, compiled)
+        else:
+            self.publishing = Publishing(plan, self.sends)
         self.report = WorkerReport(plan, self.pool, self.publishing, (self.deliveries, self.sends))
         self._start: asyncio.Future[int] | None = None
         self._stop: asyncio.Event | None = None
@@ -171,18 +179,36 @@ class Worker:
             # never runs ahead of the broker's own threads (a failure shows in the stats).
             apply_realtime(self.plan.realtime)
             background += self._start_background(start_ns)
-            await self.publishing.run(start_ns, self.pool.publishers)
+            await self._publish(start_ns)
             self.send(Published(self.stats()))
             await self._stop.wait()
         finally:
             for task in background:
                 task.cancel()
             loop.remove_reader(self.conn.fileno())
-            await self.pool.close_all(lambda: self._fast_stop)
+            await self._close_clients()
             self._checkpoint()
             self.deliveries.close()
             self.sends.close()
             self._note_write_errors()  # a write error while closing is reported too
+
+    async def _publish(self, start_ns: int) -> None:
+        """Hand out the schedule on the chosen hot path (``plan.hot_path``)."""
+        publishing, pool = self.publishing, self.pool
+        if isinstance(publishing, CompiledPublishing):
+            await publishing.run(start_ns, pool.publishers, pool.subscribers)
+        else:
+            await publishing.run(start_ns, pool.publishers)
+
+    async def _close_clients(self) -> None:
+        """Close every client; after the compiled core (stopped first) nothing is queued
+        in the clients and no ack is awaited: they close at once."""
+        publishing = self.publishing
+        if isinstance(publishing, CompiledPublishing):
+            await publishing.finish()
+            await self.pool.close_all(lambda: True)
+        else:
+            await self.pool.close_all(lambda: self._fast_stop)
 
     def _send_progress(self, stats: WorkerStats) -> None:
         self.send(Progress(stats))
