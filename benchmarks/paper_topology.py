@@ -71,8 +71,11 @@ class QuietReporter:
 
 @dataclass
 class CpuSamples:
-    """User and system CPU seconds of this process's descendants (the generator's workers),
-    sampled twice a second from another thread."""
+    """User and system CPU seconds of this process's descendants but the broker (the
+    generator's workers), sampled twice a second from another thread."""
+
+    exclude: int = 0
+    """The broker's PID (a child of this process too): not the generator."""
 
     series: list[tuple[int, float, float]] = field(default_factory=list)
     """``(t_ns, user_s, system_s)``: the sums over every descendant alive at ``t_ns`` plus
@@ -84,6 +87,8 @@ class CpuSamples:
         me = psutil.Process()
         while not self._stop.wait(0.5):
             for child in me.children(recursive=True):
+                if child.pid == self.exclude:
+                    continue
                 with contextlib.suppress(psutil.Error):
                     times = child.cpu_times()
                     self._last[child.pid] = (times.user, times.system)
@@ -190,7 +195,7 @@ def run_step(
 ) -> tuple[CellSummary, CellEntry, tuple[float, float, float]] | None:
     data = scenario_data(args, pairs, port, pid, engine)
     scenario = validate_scenario(data, "benchmark")
-    samples = CpuSamples()
+    samples = CpuSamples(exclude=pid)
     with samples.running():
         result = run_scenario(
             scenario,

@@ -101,6 +101,34 @@ if ((DEV)); then
 else
     .venv/bin/python -m pip install --quiet -e .
 fi
+# The compiled core (core/: Rust and PyO3, docs/performance.md "The compiled core"): cargo
+# fetches its crates from crates.io (pinned by core/Cargo.lock), maturin from PyPI builds
+# the wheel into target/ (kept, so a rebuild takes seconds). Without a Rust toolchain, or
+# when the build fails, every cell runs on the Python engine: one line says so.
+build_core() {
+    local cargo log=target/core-build.log
+    cargo="$(command -v cargo || true)"
+    [[ -z "$cargo" && -x "$HOME/.cargo/bin/cargo" ]] && cargo="$HOME/.cargo/bin/cargo"
+    if [[ -z "$cargo" ]]; then
+        .venv/bin/python -m pip uninstall --quiet --yes mqbench-core >/dev/null 2>&1 || true
+        say "no Rust toolchain (cargo): the compiled core is not built; every cell runs on the Python engine"
+        return 0
+    fi
+    mkdir -p target/wheels
+    rm -f target/wheels/mqbench_core-*.whl
+    if .venv/bin/python -m pip install --quiet "maturin>=1.5,<2" >"$log" 2>&1 &&
+        PATH="$(dirname "$cargo"):$PATH" CARGO_TARGET_DIR="$PWD/target" \
+            .venv/bin/maturin build --release --locked -m core/Cargo.toml -o target/wheels \
+            >>"$log" 2>&1 &&
+        .venv/bin/python -m pip install --quiet --force-reinstall --no-deps \
+            target/wheels/mqbench_core-*.whl >>"$log" 2>&1; then
+        say "compiled core: $(.venv/bin/python -c 'import mqbench_core as c; print(c.__version__)')"
+    else
+        .venv/bin/python -m pip uninstall --quiet --yes mqbench-core >/dev/null 2>&1 || true
+        say "WARNING: the compiled core did not build (target/core-build.log); every cell runs on the Python engine"
+    fi
+}
+build_core
 # HiveMQ CE and ActiveMQ Artemis: pinned jars from Maven Central into ~/.cache/mqbench/maven
 # (MQBENCH_MAVEN_CACHE), launchers compiled once; a no-op when they are already there.
 if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then

@@ -24,6 +24,10 @@ const MIN_SLEEP_NS: i64 = 20_000;
 const MAX_EVENTS: usize = 64;
 const IDLE_WAIT_MS: i32 = 50;
 const RECORD_FLUSH_NS: i64 = 200_000_000;
+/// With kernel receive stamps, reads are collected at most this often while no send is
+/// due sooner: the stamp is the kernel's, so holding a read back changes no timestamp, and
+/// one wake-up serves many connections instead of one (docs/performance.md).
+const RECEIVE_HOLD_NS: i64 = 1_000_000;
 const READ_BYTES: usize = 256 * 1024;
 const TIMER_TOKEN: u64 = u64::MAX;
 pub const HEADER_SIZE: usize = 24;
@@ -111,6 +115,10 @@ pub struct Engine {
     shared: Arc<Shared>,
     conns: Vec<Conn>,
     publishers: usize,
+    /// Connections with bytes queued since the last `write_dirty`.
+    dirty: Vec<usize>,
+    /// Bytes queued over every connection.
+    pending: usize,
     deliveries: RecordFile,
     sends: RecordFile,
     pad: Vec<u8>,
@@ -132,6 +140,8 @@ impl Engine {
             shared,
             conns: Vec::new(),
             publishers: 0,
+            dirty: Vec::new(),
+            pending: 0,
             pad,
         }
     }
@@ -170,14 +180,19 @@ impl Engine {
         let mut scratch = vec![0u8; READ_BYTES];
         let mut next_flush = sys::monotonic_ns() + RECORD_FLUSH_NS;
         let mut next_tick = sys::monotonic_ns() + self.cfg.keepalive_ns / 2;
+        let mut last_wait = 0i64;
         while !self.shared.stop.load(Ordering::Relaxed) {
             let next = self.step(&mut publish, &timer);
             self.write_dirty(&epoll);
             let timeout = match next {
                 Next::Poll => 0,
-                Next::Sleep | Next::Finished => IDLE_WAIT_MS,
+                Next::Sleep | Next::Finished => {
+                    self.hold_reads(last_wait, publish.armed_at);
+                    IDLE_WAIT_MS
+                }
             };
             let n = epoll.wait(&mut events, timeout);
+            last_wait = sys::monotonic_ns();
             for event in &events[..n] {
                 let (token, flags) = (event.u64, event.events);
                 if token == TIMER_TOKEN {
@@ -202,6 +217,21 @@ impl Engine {
         self.deliveries.flush();
         self.sends.flush();
         Ok(())
+    }
+
+    /// Sleep until `RECEIVE_HOLD_NS` after the last wait returned, unless a send is due
+    /// before that (kernel stamps only; the timer stays armed in epoll meanwhile).
+    fn hold_reads(&self, last_wait: i64, armed_at: Option<i64>) {
+        if !self.cfg.kernel_stamps {
+            return;
+        }
+        let mut hold = last_wait + RECEIVE_HOLD_NS - sys::monotonic_ns();
+        if let Some(at) = armed_at {
+            hold = hold.min(at - sys::realtime_ns());
+        }
+        if hold > MIN_SLEEP_NS {
+            sys::sleep_ns(hold);
+        }
     }
 
     /// Send what is due, as `PublishLoop._step` does; say how to wait next.
@@ -272,22 +302,34 @@ impl Engine {
         conn.out.extend_from_slice(&0i64.to_le_bytes());
         conn.out.extend_from_slice(&self.pad);
         conn.out.extend_from_slice(&conn.tail);
-        conn.dirty = true;
-        conn.wrote = true;
+        let bytes = conn.head.len() + HEADER_SIZE + self.pad.len() + conn.tail.len();
+        self.queued(k, bytes);
         self.sends.append(t, 0, pub32, SEND_OK, seq32);
         self.shared.sent_ok.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One write per connection that has something queued.
     fn write_dirty(&mut self, epoll: &Epoll) {
-        for k in 0..self.conns.len() {
-            if self.conns[k].dirty {
-                self.conns[k].dirty = false;
-                self.write_out(epoll, k);
-            }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &k in &dirty {
+            self.conns[k].dirty = false;
+            self.write_out(epoll, k);
         }
-        let pending: usize = self.conns.iter().map(Conn::pending).sum();
-        self.shared.pending_bytes.store(pending as u64, Ordering::Relaxed);
+        dirty.clear();
+        self.dirty = dirty;
+        self.shared.pending_bytes.store(self.pending as u64, Ordering::Relaxed);
+    }
+
+    /// Queue `bytes` counted: called after appending them to connection `k`'s output.
+    #[inline]
+    fn queued(&mut self, k: usize, bytes: usize) {
+        let conn = &mut self.conns[k];
+        conn.wrote = true;
+        self.pending += bytes;
+        if !conn.dirty {
+            conn.dirty = true;
+            self.dirty.push(k);
+        }
     }
 
     fn write_out(&mut self, epoll: &Epoll, k: usize) {
@@ -297,7 +339,10 @@ impl Engine {
         }
         while conn.pending() > 0 {
             match sys::write(conn.fd, &conn.out[conn.out_pos..]) {
-                Wrote::Bytes(n) => conn.out_pos += n,
+                Wrote::Bytes(n) => {
+                    conn.out_pos += n;
+                    self.pending -= n;
+                }
                 Wrote::WouldBlock => break,
                 Wrote::Failed(err) => {
                     let reason = describe(&err);
@@ -370,13 +415,9 @@ impl Engine {
             self.lose(epoll, k, format!("protocol error: {why}"));
             return;
         }
-        if !answers.is_empty() {
-            let conn = &mut self.conns[k];
-            for answer in answers {
-                conn.out.extend_from_slice(answer);
-            }
-            conn.dirty = true;
-            conn.wrote = true;
+        for answer in answers {
+            self.conns[k].out.extend_from_slice(answer);
+            self.queued(k, answer.len());
         }
     }
 
@@ -402,6 +443,7 @@ impl Engine {
         }
         conn.alive = false;
         epoll.delete(conn.fd);
+        self.pending -= conn.pending();
         conn.out.clear();
         conn.out_pos = 0;
         self.shared.disconnects.fetch_add(1, Ordering::Relaxed);
@@ -418,12 +460,18 @@ impl Engine {
     /// A connection that wrote nothing since the last tick sends the protocol's ping.
     fn keepalive(&mut self) {
         let Some(ping) = self.cfg.protocol.keepalive() else { return };
-        for conn in self.conns.iter_mut().filter(|c| c.alive) {
-            if !conn.wrote {
-                conn.out.extend_from_slice(ping);
-                conn.dirty = true;
+        for k in 0..self.conns.len() {
+            let conn = &mut self.conns[k];
+            if !conn.alive {
+                continue;
             }
-            conn.wrote = false;
+            if conn.wrote {
+                conn.wrote = false;
+            } else {
+                conn.out.extend_from_slice(ping);
+                self.queued(k, ping.len());
+                self.conns[k].wrote = false;
+            }
         }
     }
 }

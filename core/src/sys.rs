@@ -259,3 +259,10 @@ pub fn close(fd: RawFd) {
     // SAFETY: the caller owns fd.
     unsafe { libc::close(fd) };
 }
+
+/// Sleep `ns` nanoseconds (a signal may end it early).
+pub fn sleep_ns(ns: i64) {
+    let ts = libc::timespec { tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000 };
+    // SAFETY: plain syscall with a valid timespec.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}

@@ -163,7 +163,10 @@ class CellRun:
         self.cell_dir = ctx.result_dir / "cells" / cell.id
         self.transport = get_target(cell.target).transport
         self.client = resolve_client(self.transport, cell.client)
-        self.workers, self.layout = cell_shards(ctx.scenario.generator, cell, os.cpu_count() or 1)
+        self.hot_path = choose_hot_path(ctx.scenario, cell, get_transport(self.client).capabilities)
+        self.workers, self.layout = cell_shards(
+            ctx.scenario.generator, cell, os.cpu_count() or 1, self.hot_path.engine
+        )
         self.topology: Topology = build_topology(cell, ctx.run_tag, ctx.scenario.seed)
         self.events: EventLog | None = None
         self.sampler: ResourceSampler | None = None
@@ -171,7 +174,6 @@ class CellRun:
         self.faults: FaultDriver | None = None
         self.stage: SparkStage | None = None
         self.timing: TimingEntry | None = None
-        self.hot_path = choose_hot_path(ctx.scenario, cell, get_transport(self.client).capabilities)
 
     def run(self) -> None:
         """Run the cell; raise when the run cannot go on (interrupt, lost task, full disk)."""

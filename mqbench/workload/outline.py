@@ -63,7 +63,8 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRo
     cpus = os.cpu_count() or 1
     rows = []
     for cell in cells:
-        workers, layout = cell_shards(scenario.generator, cell, cpus)
+        hot_path = choose_hot_path(scenario, cell, capabilities_of(cell))
+        workers, layout = cell_shards(scenario.generator, cell, cpus, hot_path.engine)
         rows.append(
             CellOutline(
                 cell=cell,
@@ -71,7 +72,7 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRo
                 layout=layout,
                 seconds=cell.warmup_s + cell.duration_s + cell.drain_s,
                 record_bytes=record_bytes(cell),
-                hot_path=choose_hot_path(scenario, cell, capabilities_of(cell)),
+                hot_path=hot_path,
             )
         )
     where, free = free_bytes(out_root)

@@ -109,7 +109,9 @@ def worker_count(requested: int | str, connections: int, cpus: int) -> int:
 LAYOUTS = ("shared", "split")
 
 
-def cell_shards(generator: Generator, cell: Cell, cpus: int) -> tuple[int, str]:
+def cell_shards(
+    generator: Generator, cell: Cell, cpus: int, hot_path: HotPathEngine = "python"
+) -> tuple[int, str]:
     """How many shards a cell runs in, and their layout.
 
     Local engine: worker processes and ``generator.layout``. Spark engine: one shard per
@@ -119,19 +121,25 @@ def cell_shards(generator: Generator, cell: Cell, cpus: int) -> tuple[int, str]:
     if generator.distributed:
         return worker_count(generator.executors, cell.connections, 1), "shared"
     workers = worker_count(generator.workers, cell.connections, cpus)
-    return workers, resolve_layout(generator.layout, cell)
+    kernel_stamped_core = hot_path == "compiled" and generator.receive_stamp == "kernel"
+    return workers, resolve_layout(generator.layout, cell, kernel_stamped_core)
 
 
-def resolve_layout(requested: str, cell: Cell) -> str:
+def resolve_layout(requested: str, cell: Cell, kernel_stamped_core: bool = False) -> str:
     """The process layout a cell runs with: ``shared`` or ``split``.
 
     ``auto`` chooses ``split`` (publishers and subscribers in separate processes, so a
     receive is never timestamped after a batch of sends in the same event loop) whenever
     the cell offers more than ``SPLIT_ABOVE_MSG_S`` messages per second or delivers more
     than that; below it one process keeps every timestamp prompt and saves a process.
+    On the compiled core with kernel receive stamps (``kernel_stamped_core``) a receive's
+    stamp is the kernel's whatever the loop does, so ``auto`` is ``shared``: one thread
+    interleaves sends and reads, instead of two processes contending for a core.
     """
     if requested != "auto":
         return requested
+    if kernel_stamped_core:
+        return "shared"
     busy = max(cell.offered_rate, cell.expected_delivery_rate)
     return "split" if busy > SPLIT_ABOVE_MSG_S else "shared"
 

@@ -32,9 +32,10 @@ import tempfile
 import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
+from core_helpers import CoreRun, drive_core
 from docker_runs import image_recipes, local_targets
 from docker_support import ensure_images, require_engine
 from loops import LOOPS
@@ -48,7 +49,8 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.faults.tcp import ProxyRegistry
 from mqbench.faults.toxics import validate_toxic
-from mqbench.transports.base import Client, ClientOptions, Transport
+from mqbench.records.format import SEND_OK
+from mqbench.transports.base import Client, ClientOptions, LendsSockets, Transport
 from mqbench.transports.events import ClientEvent, Connected, Disconnected, ProtocolError
 from mqbench.transports.registry import get_transport, resolve_client
 
@@ -316,6 +318,44 @@ def test_writes_without_coalescing_deliver_the_same_messages(conf: Conformance) 
         return got
 
     assert run(scenario()) == [payload(i) for i in range(N)]
+
+
+def test_the_compiled_core_carries_lent_sessions_with_none_lost_in_order(
+    conf: Conformance, tmp_path: Path
+) -> None:
+    if conf.transport.capabilities.compiled is None:
+        pytest.skip(f"the {conf.client_name} client has no compiled path")
+    pytest.importorskip("mqbench_core", reason="the compiled core is not installed")
+    events: Events = []
+
+    async def scenario() -> CoreRun:
+        sub, pub = conf.client(events=events), conf.client(events=events)
+        await sub.connect()
+        await pub.connect()
+        topic = f"conf-{os.getpid()}-core"
+        await sub.subscribe(topic, 0, lambda p, t: None)
+        lenders = cast(list[LendsSockets], [sub, pub])
+        done = await drive_core(
+            tmp_path,
+            conf.transport.capabilities.compiled or "",
+            [(lenders[1], topic)],
+            [lenders[0]],
+            rate=500.0,
+            messages=N,
+        )
+        await pub.close()
+        await sub.close()
+        return done
+
+    done = run(scenario())
+    assert list(done.sends["sub"]) == [SEND_OK] * N
+    assert list(done.deliveries["seq"]) == list(range(N))
+    assert set(done.deliveries["pub"]) == {0} and set(done.deliveries["sub"]) == {0}
+    assert list(done.deliveries["t_sent"]) == list(done.sends["t_sent"])
+    assert (done.deliveries["lat"] >= 0).all()
+    assert done.stats["kernel_reads"] > 0 and done.lost == []
+    closes = [e for e in events if isinstance(e, Disconnected)]
+    assert len(closes) == 2 and all(e.expected for e in closes)
 
 
 async def through_proxy(conf: Conformance, registry: ProxyRegistry) -> Endpoint:

@@ -52,11 +52,14 @@ ONLY_IN: dict[str, set[str]] = {
     # workload: only workload.spark_engine, which runs load as a Spark barrier stage
     # (checked module by module below).
     "pyspark": {"analysis", "workload"},
+    # the compiled core (core/, docs/performance.md): the engine's hot path only
+    "mqbench_core": {"workload"},
 }
 """Third-party packages only some parts may import."""
 
 ONLY_MODULES: dict[str, dict[str, set[str]]] = {
     "pyspark": {"workload": {"mqbench.workload.spark_engine"}},
+    "mqbench_core": {"workload": {"mqbench.workload.compiled", "mqbench.workload.hot_path"}},
 }
 """Within a part ONLY_IN allows, the modules that may import the package."""
 
@@ -171,6 +174,18 @@ def test_within_the_engine_only_the_spark_engine_may_import_pyspark() -> None:
     assert third_party_violations([allowed]) == []
     assert third_party_violations([other]) == [
         "mqbench.workload.run:2 imports pyspark.sql: only {'mqbench.workload.spark_engine'}"
+    ]
+
+
+def test_only_the_compiled_publishing_and_the_engine_choice_import_the_compiled_core() -> None:
+    allowed = Import("mqbench.workload.compiled", "mqbench_core", 1)
+    worker = Import("mqbench.workload.worker", "mqbench_core", 2)
+    analysis = Import("mqbench.analysis.kernel", "mqbench_core", 3)
+    assert third_party_violations([allowed]) == []
+    problems = third_party_violations([worker, analysis])
+    assert [p.split(" only ")[0] for p in problems] == [
+        "mqbench.workload.worker:2 imports mqbench_core:",
+        "mqbench.analysis.kernel:3 imports mqbench_core:",
     ]
 
 

@@ -1,0 +1,230 @@
+"""The compiled core (``mqbench_core``) against the Python engine: the same records.
+
+Without a broker: a core publishing over TCP pairs writes exactly the frames and the send
+records the Python engine writes for the same schedule, and turns lost connections into
+failed sends and a report. With real brokers (mosquitto, NATS, Redis, started by mqbench):
+the same cell run on both engines (``generator.hot_path``) leaves the same files, the same
+send and delivery keys and the same analysis counts, and the manifest names each engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mqbench.analysis.numpy_ref import analyze_cell_numpy
+from mqbench.cli.app import app
+from mqbench.records.cell_entry import CellEntry
+from mqbench.records.format import HEADER, RECORD_DTYPE, SEND_FAILED, SEND_OK, pack_record
+from mqbench.records.integrity import check_record_file
+from mqbench.records.intended import intended_ns
+from mqbench.records.writer import RecordWriter
+from mqbench.wire.mqtt.packets import encode_publish, publish_prefix
+from mqbench.workload.publish_loop import InterleavedSchedule
+
+pytestmark = pytest.mark.integration
+core = pytest.importorskip("mqbench_core", reason="the compiled core is not installed")
+runner = CliRunner()
+
+TOPIC = b"t/1"
+PAYLOAD = 64
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        near = socket.create_connection(listener.getsockname())
+        far, _ = listener.accept()
+    return near, far
+
+
+def read_exactly(sock: socket.socket, size: int, timeout_s: float = 10.0) -> bytes:
+    sock.settimeout(timeout_s)
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class Harness:
+    """A core with publishers and one subscriber on TCP pairs whose far ends the test holds."""
+
+    def __init__(self, folder: Path, publishers: int, messages: int, rate: float) -> None:
+        self.deliveries = RecordWriter(folder / "deliveries-0.bin")
+        self.sends = RecordWriter(folder / "sends-0.bin")
+        self.start_ns = time.time_ns() + 300_000_000
+        self.args = (rate, publishers, messages)
+        self.core: Any = core.Core(
+            "mqtt",
+            self.deliveries.lend(),
+            self.sends.lend(),
+            self.start_ns,
+            rate,
+            publishers,
+            0,
+            publishers,
+            messages,
+            PAYLOAD,
+            0,
+            5_000_000,
+            True,
+            60.0,
+            1 << 20,
+        )
+        self.pubs = [tcp_pair() for _ in range(publishers)]
+        self.sub = tcp_pair()
+        self.head = publish_prefix(TOPIC, PAYLOAD, 0)
+        for index, (near, _) in enumerate(self.pubs):
+            self.core.add_publisher(os.dup(near.fileno()), index, self.head, b"")
+        self.core.add_subscriber(os.dup(self.sub[0].fileno()), 7)
+        self.thread = threading.Thread(target=self.core.run)
+
+    def __enter__(self) -> Harness:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        for near, far in [*self.pubs, self.sub]:
+            near.close()
+            far.close()
+
+    def stop(self) -> dict[str, int]:
+        self.core.stop()
+        self.thread.join(10)
+        stats: dict[str, int] = self.core.stats()
+        for writer, kind in ((self.deliveries, "deliveries"), (self.sends, "sends")):
+            writer.adopt(stats[kind], stats[f"{kind}_written"], stats[f"{kind}_errno"])
+            writer.close()
+        return stats
+
+
+def test_the_core_sends_the_frames_and_writes_the_send_records_of_the_python_engine(
+    tmp_path: Path,
+) -> None:
+    rate, publishers, messages = 50.0, 3, 2
+    with Harness(tmp_path, publishers, messages, rate) as h:
+        frames = [read_exactly(far, messages * (len(h.head) + PAYLOAD)) for _, far in h.pubs]
+        # echo every payload to the subscriber as the broker would deliver it
+        payloads = [
+            f[k * (len(h.head) + PAYLOAD) + len(h.head) : (k + 1) * (len(h.head) + PAYLOAD)]
+            for f in frames
+            for k in range(messages)
+        ]
+        h.sub[1].sendall(b"".join(encode_publish(TOPIC, p) for p in payloads))
+        time.sleep(0.3)
+        stats = h.stop()
+    # every frame is the PUBLISH head, then the 24-byte header and zero padding
+    sent_at: dict[tuple[int, int], int] = {}
+    for pub, data in enumerate(frames):
+        for seq in range(messages):
+            frame = data[seq * (len(h.head) + PAYLOAD) :][: len(h.head) + PAYLOAD]
+            assert frame[: len(h.head)] == h.head
+            p, s, t_sent, spare = HEADER.unpack_from(frame, len(h.head))
+            assert (p, s, spare) == (pub, seq, 0)
+            assert frame[len(h.head) + HEADER.size :] == bytes(PAYLOAD - HEADER.size)
+            assert t_sent >= intended_ns(h.start_ns, rate, publishers, pub, seq)  # never early
+            sent_at[pub, seq] = t_sent
+    # the send records, byte for byte, are what the Python engine writes in schedule order
+    schedule = InterleavedSchedule(h.start_ns, rate, publishers, 0, publishers, messages)
+    expected = b""
+    while not schedule.finished:
+        pub, seq = schedule.current()
+        expected += pack_record(sent_at[pub, seq], 0, pub, SEND_OK, seq)
+        schedule.advance()
+    assert (tmp_path / "sends-0.bin").read_bytes() == expected
+    # deliveries: the header's fields, the subscriber's index, kernel-stamped latency
+    got = np.fromfile(tmp_path / "deliveries-0.bin", dtype=RECORD_DTYPE)
+    keys = list(zip(got["pub"].tolist(), got["seq"].tolist(), strict=True))
+    assert sorted(keys) == sorted(sent_at)
+    assert set(got["sub"].tolist()) == {7}
+    assert [sent_at[k] for k in keys] == got["t_sent"].tolist()
+    assert ((got["lat"] >= 0) & (got["lat"] < 10_000_000)).all()
+    assert stats["kernel_reads"] >= 1 and stats["user_reads"] == 0
+    for name, count in (("sends-0.bin", publishers * messages), ("deliveries-0.bin", 6)):
+        check = check_record_file(tmp_path / name)
+        assert (check.records, check.counted, check.closed) == (count, count, True)
+        assert not check.truncated
+
+
+def test_a_lost_connection_turns_later_sends_into_failed_records_and_is_reported(
+    tmp_path: Path,
+) -> None:
+    with Harness(tmp_path, publishers=1, messages=40, rate=100.0) as h:
+        read_exactly(h.pubs[0][1], len(h.head) + PAYLOAD)  # the first message arrives
+        h.pubs[0][1].close()  # the broker's side goes away
+        h.sub[1].close()
+        time.sleep(0.6)
+        lost = h.core.take_lost()
+        stats = h.stop()
+    sends = np.fromfile(tmp_path / "sends-0.bin", dtype=RECORD_DTYPE)
+    assert len(sends) == 40
+    assert sends["sub"][0] == SEND_OK and sends["sub"][-1] == SEND_FAILED
+    failed = sends[sends["sub"] == SEND_FAILED]
+    assert stats["send_failed"] == len(failed) > 0
+    assert sorted(role for role, _, _ in lost) == ["pub", "sub"]
+    assert stats["disconnects"] == 2 and stats["connected"] == 0
+    reasons = {role: why for role, _, why in lost}
+    assert reasons["sub"] == "connection closed by the server"
+
+
+def keys_of(records: np.ndarray) -> list[tuple[int, int, int]]:
+    return list(zip(*(records[k].tolist() for k in ("pub", "sub", "seq")), strict=True))
+
+
+SCENARIO = """\
+name: engines
+targets: [{target}]
+workload: {{pairs: 3, rate: 40, payload: 100B, qos: 0, warmup: 1s, duration: 2s, drain: 1s}}
+generator: {{workers: 1, layout: shared, hot_path: {engine}}}
+"""
+
+
+def run_cell(tmp_path: Path, target: str, engine: str) -> tuple[Path, CellEntry]:
+    path = tmp_path / f"{target}-{engine}.yaml"
+    path.write_text(SCENARIO.format(target=target, engine=engine))
+    out = tmp_path / f"out-{engine}"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out), "--no-analyze"])
+    assert result.exit_code == 0, result.output
+    (manifest,) = out.glob("*/*/manifest.json")
+    (cell,) = json.loads(manifest.read_text())["cells"]
+    return manifest.parent / "cells" / cell["id"], CellEntry.from_dict(cell)
+
+
+@pytest.mark.parametrize("target", ["mosquitto", "nats", "redis"])
+def test_the_same_cell_on_both_engines_leaves_the_same_records_and_counts(
+    tmp_path: Path, target: str
+) -> None:
+    runs = {engine: run_cell(tmp_path, target, engine) for engine in ("python", "compiled")}
+    for engine, (_, entry) in runs.items():
+        assert entry.hot_path is not None and entry.hot_path.engine == engine
+    (py_dir, py_cell), (c_dir, c_cell) = runs["python"], runs["compiled"]
+    assert sorted(p.name for p in py_dir.glob("*-0.bin*")) == sorted(
+        p.name for p in c_dir.glob("*-0.bin*")
+    )
+    for kind in ("sends", "deliveries"):
+        a = np.fromfile(py_dir / f"{kind}-0.bin", dtype=RECORD_DTYPE)
+        b = np.fromfile(c_dir / f"{kind}-0.bin", dtype=RECORD_DTYPE)
+        assert sorted(keys_of(a)) == sorted(keys_of(b)), kind
+        for folder in (py_dir, c_dir):
+            check = check_record_file(folder / f"{kind}-0.bin")
+            assert check.closed and not check.truncated, check.describe()
+    summaries = [analyze_cell_numpy(entry, d) for d, entry in (runs["python"], runs["compiled"])]
+    for s in summaries:
+        assert s.valid, s.invalid_reasons
+        assert s.lost == 0 and s.duplicates == 0
+    assert summaries[0].sent == summaries[1].sent == summaries[1].scheduled
+    assert summaries[0].received == summaries[1].received
+    assert py_cell.generator is not None and c_cell.generator is not None
+    assert c_cell.generator.workers[0].sent == py_cell.generator.workers[0].sent
