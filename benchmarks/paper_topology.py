@@ -122,7 +122,7 @@ def free_port() -> int:
 
 
 def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
@@ -140,7 +140,15 @@ def pinned_mosquitto(cpu: int, workdir: Path, fifo: bool) -> Iterator[tuple[int,
     binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     log = (workdir / "mosquitto.log").open("wb")
     proc = subprocess.Popen(
-        ["taskset", "-c", str(cpu), *(["chrt", "-f", "1"] if fifo else []), binary, "-c", str(conf)],
+        [
+            "taskset",
+            "-c",
+            str(cpu),
+            *(["chrt", "-f", "1"] if fifo else []),
+            binary,
+            "-c",
+            str(conf),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=_raise_nofile,
@@ -165,7 +173,10 @@ def pinned_mosquitto(cpu: int, workdir: Path, fifo: bool) -> Iterator[tuple[int,
 
 
 def scenario_data(args: argparse.Namespace, pairs: int, port: int, pid: int, engine: str) -> dict:
-    generator: dict[str, object] = {"realtime": args.realtime}
+    generator: dict[str, object] = {
+        "realtime": args.realtime,
+        "connect_timeout": args.connect_timeout,
+    }
     if args.workers != "auto":
         generator["workers"] = int(args.workers)
     if engine != "default":
@@ -253,6 +264,7 @@ def main() -> None:
     parser.add_argument("--warmup", default="5s")
     parser.add_argument("--duration", default="15s")
     parser.add_argument("--connect-rate", type=float, default=0.0)
+    parser.add_argument("--connect-timeout", default="30s")
     parser.add_argument("--workers", default="auto")
     parser.add_argument("--realtime", default="auto", choices=["auto", "on", "off"])
     parser.add_argument(

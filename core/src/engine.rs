@@ -186,13 +186,14 @@ impl Engine {
             self.write_dirty(&epoll);
             let timeout = match next {
                 Next::Poll => 0,
-                Next::Sleep | Next::Finished => {
-                    self.hold_reads(last_wait, publish.armed_at);
-                    IDLE_WAIT_MS
+                Next::Sleep | Next::Finished if self.cfg.kernel_stamps => {
+                    hold_reads(&mut publish, last_wait, &self.shared);
+                    0
                 }
+                Next::Sleep | Next::Finished => IDLE_WAIT_MS,
             };
             let n = epoll.wait(&mut events, timeout);
-            last_wait = sys::monotonic_ns();
+            last_wait = sys::realtime_ns();
             for event in &events[..n] {
                 let (token, flags) = (event.u64, event.events);
                 if token == TIMER_TOKEN {
@@ -219,21 +220,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Sleep until `RECEIVE_HOLD_NS` after the last wait returned, unless a send is due
-    /// before that (kernel stamps only; the timer stays armed in epoll meanwhile).
-    fn hold_reads(&self, last_wait: i64, armed_at: Option<i64>) {
-        if !self.cfg.kernel_stamps {
-            return;
-        }
-        let mut hold = last_wait + RECEIVE_HOLD_NS - sys::monotonic_ns();
-        if let Some(at) = armed_at {
-            hold = hold.min(at - sys::realtime_ns());
-        }
-        if hold > MIN_SLEEP_NS {
-            sys::sleep_ns(hold);
-        }
-    }
-
     /// Send what is due, as `PublishLoop._step` does; say how to wait next.
     fn step(&mut self, p: &mut PublishState, timer: &Timer) -> Next {
         if p.schedule.finished() {
@@ -253,7 +239,9 @@ impl Engine {
                 if wait > p.margin.value_ns + MIN_SLEEP_NS {
                     let at = due - p.margin.value_ns;
                     p.armed_at = Some(at);
-                    timer.arm_at(at);
+                    if !self.cfg.kernel_stamps {
+                        timer.arm_at(at); // else `hold_reads` sleeps until `at` itself
+                    }
                     return Next::Sleep;
                 }
                 let spin_from = now;
@@ -511,6 +499,21 @@ fn describe(err: &std::io::Error) -> String {
     match chars.next() {
         Some(c) => c.to_lowercase().collect::<String>() + chars.as_str(),
         None => text,
+    }
+}
+
+/// With kernel stamps: sleep until the next wake-up the schedule needs, but at least until
+/// `RECEIVE_HOLD_NS` after the last wait returned, and no longer than that when nothing is
+/// due; then the caller polls every socket at once. One sleep per iteration, no wake-up
+/// per read: the kernel stamped each read already, so holding it back changes no stamp.
+fn hold_reads(p: &mut PublishState, last_wait: i64, shared: &Shared) {
+    let hold_end = last_wait + RECEIVE_HOLD_NS;
+    let until = p.armed_at.map_or(hold_end, |at| at.min(hold_end));
+    if until > sys::realtime_ns() {
+        sys::sleep_until_realtime(until);
+    }
+    if p.armed_at.is_some_and(|at| sys::realtime_ns() >= at) {
+        p.timer_fired(shared);
     }
 }
 

@@ -260,9 +260,15 @@ pub fn close(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
-/// Sleep `ns` nanoseconds (a signal may end it early).
-pub fn sleep_ns(ns: i64) {
-    let ts = libc::timespec { tv_sec: ns / 1_000_000_000, tv_nsec: ns % 1_000_000_000 };
+/// Sleep until the wall clock reads `deadline_ns` (absolute `CLOCK_REALTIME`, as the
+/// schedule's times; returns early on a signal).
+pub fn sleep_until_realtime(deadline_ns: i64) {
+    let ts = libc::timespec {
+        tv_sec: deadline_ns / 1_000_000_000,
+        tv_nsec: deadline_ns % 1_000_000_000,
+    };
     // SAFETY: plain syscall with a valid timespec.
-    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    unsafe {
+        libc::clock_nanosleep(libc::CLOCK_REALTIME, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut())
+    };
 }
