@@ -185,7 +185,13 @@ impl Engine {
             let next = self.step(&mut publish, &timer);
             self.write_dirty(&epoll);
             let timeout = match next {
-                Next::Poll => 0,
+                Next::Poll => {
+                    // behind schedule: still let other real-time threads of the same
+                    // priority on this CPU (the worker's control thread, another worker)
+                    // run between batches, as the Python loop lets pending I/O run
+                    sys::yield_cpu();
+                    0
+                }
                 Next::Sleep | Next::Finished if self.cfg.kernel_stamps => {
                     hold_reads(&mut publish, last_wait, &self.shared);
                     0

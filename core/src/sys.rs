@@ -272,3 +272,9 @@ pub fn sleep_until_realtime(deadline_ns: i64) {
         libc::clock_nanosleep(libc::CLOCK_REALTIME, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut())
     };
 }
+
+/// Give the CPU to another runnable thread of the same priority, if any.
+pub fn yield_cpu() {
+    // SAFETY: plain syscall.
+    unsafe { libc::sched_yield() };
+}

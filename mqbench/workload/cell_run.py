@@ -48,7 +48,13 @@ from mqbench.workload.coordinator import Coordinator, LoadOutcome, Progress
 from mqbench.workload.distributed import check_cross_task, cross_task_routes, pair_count
 from mqbench.workload.hot_path import choose as choose_hot_path
 from mqbench.workload.interruption import RunInterrupted, signal_text, stop_signal
-from mqbench.workload.plan import WorkerPlan, build_worker_plans, cell_shards, process_count
+from mqbench.workload.plan import (
+    WorkerPlan,
+    build_worker_plans,
+    cell_shards,
+    process_count,
+    usable_cpus,
+)
 from mqbench.workload.realtime import RealtimeDecision
 from mqbench.workload.reporter import RunReporter
 from mqbench.workload.security import RunSecurity
@@ -165,7 +171,7 @@ class CellRun:
         self.client = resolve_client(self.transport, cell.client)
         self.hot_path = choose_hot_path(ctx.scenario, cell, get_transport(self.client).capabilities)
         self.workers, self.layout = cell_shards(
-            ctx.scenario.generator, cell, os.cpu_count() or 1, self.hot_path.engine
+            ctx.scenario.generator, cell, usable_cpus(), self.hot_path.engine
         )
         self.topology: Topology = build_topology(cell, ctx.run_tag, ctx.scenario.seed)
         self.events: EventLog | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.capacity import RESERVE_BYTES, free_bytes, record_bytes, result_bytes
 from mqbench.workload.distributed import staging_parent
 from mqbench.workload.hot_path import choose as choose_hot_path
-from mqbench.workload.plan import cell_shards, process_count
+from mqbench.workload.plan import cell_shards, process_count, usable_cpus
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def outline(scenario: Scenario, cells: Sequence[Cell], out_root: Path | RemoteRo
     is staged in the temporary folder first, whose disk counts)."""
     if isinstance(out_root, RemoteRoot):
         out_root = staging_parent()
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     rows = []
     for cell in cells:
         hot_path = choose_hot_path(scenario, cell, capabilities_of(cell))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 from mqbench.errors import ScenarioError
@@ -89,6 +90,15 @@ class WorkerPlan:
         if not self.publishers:
             return (0, 0)
         return (self.publishers[0].index, self.publishers[-1].index + 1)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity, e.g. under ``taskset``), which bounds
+    ``workers: auto``: more workers than CPUs only take turns."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def worker_count(requested: int | str, connections: int, cpus: int) -> int:
