@@ -30,6 +30,11 @@ const RECORD_FLUSH_NS: i64 = 200_000_000;
 const RECEIVE_HOLD_NS: i64 = 1_000_000;
 const READ_BYTES: usize = 256 * 1024;
 const TIMER_TOKEN: u64 = u64::MAX;
+/// The first keepalive tick comes this soon after the core takes the connections over:
+/// the lending client may have written nothing for up to one keepalive already (it pings
+/// after one idle tick), and the broker allows 1.5 keepalives, so waiting the usual half
+/// keepalive could let the broker drop an idle subscriber before its first ping.
+const FIRST_KEEPALIVE_NS: i64 = 1_000_000_000;
 pub const HEADER_SIZE: usize = 24;
 
 /// What the loop needs to know about the cell (from the worker's plan).
@@ -179,7 +184,7 @@ impl Engine {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let mut scratch = vec![0u8; READ_BYTES];
         let mut next_flush = sys::monotonic_ns() + RECORD_FLUSH_NS;
-        let mut next_tick = sys::monotonic_ns() + self.cfg.keepalive_ns / 2;
+        let mut next_tick = sys::monotonic_ns() + FIRST_KEEPALIVE_NS.min(self.cfg.keepalive_ns / 2);
         let mut last_wait = 0i64;
         while !self.shared.stop.load(Ordering::Relaxed) {
             let next = self.step(&mut publish, &timer);

@@ -158,6 +158,14 @@ def test_the_core_sends_the_frames_and_writes_the_send_records_of_the_python_eng
         assert not check.truncated
 
 
+def test_an_idle_subscriber_pings_soon_after_the_core_takes_it_over(tmp_path: Path) -> None:
+    # the lending client may have been idle for a whole keepalive (60 s here) already, and
+    # the broker drops a connection after 1.5: the core must not wait another half
+    with Harness(tmp_path, 1, 1, 50.0) as h:
+        ping = read_exactly(h.sub[1], 2, timeout_s=5.0)  # the old first tick came at 30 s
+    assert ping == b"\xc0\x00"  # PINGREQ
+
+
 def test_a_lost_connection_turns_later_sends_into_failed_records_and_is_reported(
     tmp_path: Path,
 ) -> None:

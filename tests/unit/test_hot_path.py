@@ -94,7 +94,7 @@ def test_without_the_core_installed_auto_runs_python_and_compiled_is_refused() -
     entry = choose(s, only_cell(s), COMPILED, MISSING)
     assert entry == HotPathEntry("python", f"auto: python, {MISSING.missing}")
     strict = scenario(generator={"hot_path": "compiled"})
-    with pytest.raises(ScenarioError, match="generator.hot_path compiled: the compiled core is"):
+    with pytest.raises(ScenarioError, match=r"generator\.hot_path compiled: the compiled core is"):
         choose(strict, only_cell(strict), COMPILED, MISSING)
 
 
@@ -137,7 +137,7 @@ def test_the_manifest_keeps_the_engine_of_each_cell() -> None:
 
 
 def test_an_unknown_engine_in_a_manifest_is_named() -> None:
-    with pytest.raises(CellEntryError, match="cell c: hot_path.engine 'rust'"):
+    with pytest.raises(CellEntryError, match=r"cell c: hot_path\.engine 'rust'"):
         CellEntry.from_dict({"id": "c", "hot_path": {"engine": "rust"}})
 
 
