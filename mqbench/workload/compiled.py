@@ -182,7 +182,7 @@ class CompiledPublishing:
 
         plan = self.plan
         first, last = plan.pub_range
-        options = ClientOptions("core", extra=dict(plan.client_extra))
+        options = ClientOptions("core", max_pending_bytes=plan.max_pending_bytes)
         return mqbench_core.Core(
             self.protocol,
             self.deliveries.lend(),
@@ -196,7 +196,7 @@ class CompiledPublishing:
             plan.payload_bytes,
             plan.spin_ns,
             plan.late_threshold_ns,
-            plan.client_extra.get("receive_stamp") == "kernel",
+            plan.receive_stamp == "kernel",
             options.keepalive_s,
             max_pending_bytes(options),
         )
