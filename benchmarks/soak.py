@@ -8,6 +8,9 @@ checks, from the result folder:
   against the mean in its first ``--edge``;
 - zero loss: ``lost == 0`` and ``unsent == 0`` in the cell's summary, and ``valid``.
 
+It prints the workers' event-loop stalls (count, longest, total) and the cell's generator
+warnings: a stall too rare to mark the cell (docs/performance.md, "Soak") still shows.
+
 Not a test (it takes the scenario's duration); run on demand, on a quiet machine::
 
     .venv/bin/python benchmarks/soak.py                  # the documented 30 minutes
@@ -85,6 +88,7 @@ def main() -> int:
     edge_ns = int(parse_duration(args.edge) * 1e9)
     start_mb, end_mb, growth = rss_growth(samples, edge_ns)
     lat = summary.latency
+    generator = json.loads((run_dir / "manifest.json").read_text())["cells"][0]["generator"]
     report = {
         "result_dir": str(run_dir),
         "window_s": summary.window_s,
@@ -103,6 +107,12 @@ def main() -> int:
         "generator_rss_growth_pct": round(100 * growth, 2),
         "generator_rss_samples": len(samples),
         "broker_rss_mb_max": summary.broker_rss_mb_max,
+        # the event-loop stalls stay visible even when too rare to mark the cell
+        "generator_warnings": generator["warnings"],
+        "loop_stalls": [
+            {k: w.get(k) for k in ("worker", "max_loop_lag_ns", "loop_stalls", "loop_stall_ns")}
+            for w in generator["workers"]
+        ],
     }
     print(json.dumps(report, indent=2))
     checks = {

@@ -61,6 +61,12 @@ class WorkerStats:
     publish_yields: int = _f(0, "sum")
     max_loop_lag_ns: int = _f(0, "max")
     """Longest event-loop stall seen by the lag probe."""
+    loop_stalls: int = _f(0, "sum")
+    """Probe wake-ups later than the stall limit (``selfcheck.MAX_LOOP_LAG_MS``)."""
+    loop_stall_ns: int = _f(0, "sum")
+    """Their lateness added up: the time the event loop was stalled."""
+    loop_probe_ns: int = _f(0, "sum")
+    """How long the lag probe watched the loop (the stalled share's denominator)."""
     connected: int = _f(0, "sum")
     """Clients connected at the time of the report."""
     connect_failed: int = _f(0, "sum")

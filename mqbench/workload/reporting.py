@@ -20,6 +20,7 @@ from mqbench.workload.compiled import CompiledPublishing, CoreCounts
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publishing import Publishing
 from mqbench.workload.realtime import current_policy
+from mqbench.workload.selfcheck import MAX_LOOP_LAG_MS
 
 STATS_INTERVAL_S = 0.5
 CLIENT_STATS_SLICE = 256
@@ -71,6 +72,9 @@ class WorkerReport:
         self.publishing = publishing
         self.deliveries, self.sends = writers
         self.max_loop_lag_ns = 0
+        self.loop_stalls = 0
+        self.loop_stall_ns = 0
+        self.loop_probe_ns = 0
         self._client_totals: ClientTotals = (0, 0, 0, 0)
 
     async def every_interval(self, send: Callable[[WorkerStats], None]) -> None:
@@ -81,13 +85,20 @@ class WorkerReport:
             send(self.stats(fresh=False))
 
     async def probe_loop_lag(self) -> None:
-        """Measure how late the event loop wakes a sleeper (forever)."""
+        """Measure how late the event loop wakes a sleeper (forever): the longest stall,
+        and how many wake-ups were later than the stall limit, for how long in all."""
         loop = asyncio.get_running_loop()
+        limit_ns = int(MAX_LOOP_LAG_MS * 1e6)
         while True:
             before = loop.time()
             await asyncio.sleep(LOOP_LAG_PROBE_S)
-            lag = int((loop.time() - before - LOOP_LAG_PROBE_S) * 1e9)
+            elapsed = int((loop.time() - before) * 1e9)
+            lag = elapsed - int(LOOP_LAG_PROBE_S * 1e9)
+            self.loop_probe_ns += elapsed
             self.max_loop_lag_ns = max(self.max_loop_lag_ns, lag)
+            if lag > limit_ns:
+                self.loop_stalls += 1
+                self.loop_stall_ns += lag
 
     async def _refresh_client_totals(self) -> None:
         """Recount per-client figures in slices, yielding between them.
@@ -143,6 +154,9 @@ class WorkerReport:
             wake_margin_us=round(loop_stats.margin_ns / 1e3, 1) if loop_stats else None,
             publish_yields=loop_stats.yields if loop_stats else 0,
             max_loop_lag_ns=self.max_loop_lag_ns,
+            loop_stalls=self.loop_stalls,
+            loop_stall_ns=self.loop_stall_ns,
+            loop_probe_ns=self.loop_probe_ns,
             connected=connected,
             connect_failed=pool.connect_failed,
             first_connect_error=pool.first_connect_error,

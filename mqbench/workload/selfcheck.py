@@ -12,6 +12,11 @@ MAX_WORKER_CPU = 0.90
 """A worker busier than 90% of a core while publishing cannot keep its schedule reliably."""
 MAX_LOOP_LAG_MS = 50.0
 """An event-loop stall this long delays sends and receive timestamps alike."""
+MAX_STALLED_FRACTION = 0.01
+"""Stalls over ``MAX_LOOP_LAG_MS`` that add up to more than 1 % of a worker's time mark the
+cell: then more than 1 % of its sends and receive stamps can have been held up, enough to move
+a p99 (the same bound as late sends). Rarer stalls are a warning: one 73 ms stall in a
+31-minute soak held up 0.004 % of it (docs/performance.md, "Soak")."""
 
 
 def generator_verdict(
@@ -71,9 +76,10 @@ def generator_verdict(
             warnings.append(
                 f"worker {w.worker} ran {w.sched_policy}, not {expected_policy} as decided"
             )
-        lag_ms = w.max_loop_lag_ns / 1e6
-        if lag_ms > MAX_LOOP_LAG_MS:
-            reasons.append(f"worker {w.worker} event loop stalled {lag_ms:.0f} ms")
+        stalls = loop_stalls(w)
+        if stalls is not None:
+            limiting, text = stalls
+            (reasons if limiting else warnings).append(text)
     return GeneratorVerdict(
         saturated=bool(reasons),
         late_threshold_ms=late_threshold_ms,
@@ -81,3 +87,29 @@ def generator_verdict(
         warnings=tuple(warnings),
         workers=tuple(workers),
     )
+
+
+def loop_stalls(w: WorkerStats) -> tuple[bool, str] | None:
+    """Whether ``w``'s event-loop stalls limited the cell, and the sentence that says so
+    (None: no stall over ``MAX_LOOP_LAG_MS``). Stats without the probe's time (older
+    manifests) judge the longest stall alone, as before."""
+    lag_ms = w.max_loop_lag_ns / 1e6
+    if lag_ms <= MAX_LOOP_LAG_MS:
+        return None
+    if not w.loop_probe_ns:
+        return True, f"worker {w.worker} event loop stalled {lag_ms:.0f} ms"
+    share = w.loop_stall_ns / w.loop_probe_ns
+    times = "once" if w.loop_stalls == 1 else f"{w.loop_stalls} times"
+    text = (
+        f"worker {w.worker} event loop stalled {times} over {MAX_LOOP_LAG_MS:g} ms "
+        f"(longest {lag_ms:.0f} ms, {_percent(share)} of its time)"
+    )
+    if share > MAX_STALLED_FRACTION:
+        return True, text
+    return False, f"{text}: too rare to move the percentiles"
+
+
+def _percent(share: float) -> str:
+    """``share`` as a percentage with enough digits to show a tiny one."""
+    pct = 100 * share
+    return f"{pct:.1f} %" if pct >= 0.1 else f"{pct:.2g} %"

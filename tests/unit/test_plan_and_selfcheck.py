@@ -1,3 +1,8 @@
+import asyncio
+import contextlib
+import time
+from typing import Any, cast
+
 import pytest
 
 from mqbench.errors import ScenarioError
@@ -12,6 +17,7 @@ from mqbench.workload.plan import (
     split_range,
     worker_count,
 )
+from mqbench.workload.reporting import WorkerReport
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.topology import build_topology
 
@@ -121,6 +127,50 @@ def test_generator_is_flagged_on_event_loop_stalls() -> None:
         [WorkerStats(worker=0, due=10, late=0, max_loop_lag_ns=120_000_000)], late_threshold_ms=5
     )
     assert list(verdict.reasons) == ["worker 0 event loop stalled 120 ms"]
+
+
+def test_one_short_stall_in_a_long_run_is_a_visible_warning_not_a_saturated_generator() -> None:
+    # the 30-minute soak: one 73 ms stall of worker 1 in 31 minutes
+    soak = WorkerStats(
+        worker=1, due=4_650_000, late=0, max_loop_lag_ns=73_000_000, loop_stalls=1,
+        loop_stall_ns=73_000_000, loop_probe_ns=1_860 * 10**9,
+    )  # fmt: skip
+    verdict = generator_verdict([soak], late_threshold_ms=5)
+    assert not verdict.saturated and not verdict.reasons
+    assert list(verdict.warnings) == [
+        "worker 1 event loop stalled once over 50 ms (longest 73 ms, 0.0039 % of its time): "
+        "too rare to move the percentiles"
+    ]
+
+
+def test_stalls_adding_up_to_more_than_one_percent_of_the_time_mark_the_generator() -> None:
+    busy = WorkerStats(
+        worker=0, due=1000, late=0, max_loop_lag_ns=351_000_000, loop_stalls=3,
+        loop_stall_ns=480_000_000, loop_probe_ns=12 * 10**9,
+    )  # fmt: skip
+    verdict = generator_verdict([busy], late_threshold_ms=5)
+    assert verdict.saturated
+    assert list(verdict.reasons) == [
+        "worker 0 event loop stalled 3 times over 50 ms (longest 351 ms, 4.0 % of its time)"
+    ]
+
+
+def test_the_lag_probe_counts_a_stall_and_how_long_it_held_the_loop() -> None:
+    report = WorkerReport(cast(Any, None), cast(Any, None), cast(Any, None), cast(Any, (0, 0)))
+
+    async def scenario() -> None:
+        probe = asyncio.get_running_loop().create_task(report.probe_loop_lag())
+        await asyncio.sleep(0.12)
+        time.sleep(0.2)  # block the loop: one stall of ~150-200 ms
+        await asyncio.sleep(0.12)
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
+
+    asyncio.run(scenario())
+    assert report.loop_stalls >= 1  # more only if the machine stalled it too
+    assert 100_000_000 < report.loop_stall_ns <= report.max_loop_lag_ns < 2 * 10**9
+    assert report.loop_probe_ns >= 300_000_000
 
 
 def test_healthy_generator_is_not_flagged_and_failed_sends_are_only_a_warning() -> None:

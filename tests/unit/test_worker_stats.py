@@ -9,7 +9,8 @@ from mqbench.records.worker_stats import WorkerStats
 MANIFEST_KEYS = [
     "worker", "pid", "sent", "send_failed", "send_refused", "acked", "received", "role",
     "records_written", "due", "late", "max_send_lag_ns", "timer", "timer_wakeups", "spin_s",
-    "wake_margin_us", "publish_yields", "max_loop_lag_ns", "connected", "connect_failed",
+    "wake_margin_us", "publish_yields", "max_loop_lag_ns", "loop_stalls", "loop_stall_ns",
+    "loop_probe_ns", "connected", "connect_failed",
     "first_connect_error", "connected_ns", "disconnects", "reconnects", "qos_downgraded",
     "publish_qos2_acked_as_qos1", "granted_qos_min", "outage_total_s", "outage_max_s",
     "pending_write_bytes", "cpu_s", "publish_cpu_fraction", "kernel_stamped_reads",
