@@ -173,6 +173,47 @@ def discard_staging(staging: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
+def _first_manifest(
+    result_dir: Path,
+    scenario: Scenario,
+    scenario_file: str,
+    scenario_data: dict[str, Any],
+    argv: list[str],
+    security: RunSecurity,
+    calibration: Mapping[str, Any] | None,
+) -> Manifest:
+    """The run's manifest as saved before any cell runs, secrets redacted."""
+    manifest = Manifest(
+        result_dir,
+        redact(scenario.model_dump(mode="json")),
+        scenario_file,
+        redact_argv(argv),
+        scenario_input=redact(scenario_data),
+        security=security.describe(),
+        calibration=calibration,
+    )
+    manifest.save()
+    return manifest
+
+
+def _publish(output: _Output | None, result_dir: Path) -> None:
+    """Copy what changed to the run's URI when the run is written to one (``--output``)."""
+    if output is not None:
+        output.publish(result_dir)
+
+
+def _skipped(cell: Cell, search: SearchTracker) -> CellEntry:
+    """The manifest entry of a cell the capacity search no longer needs to run."""
+    return CellEntry(
+        id=cell.id,
+        index=cell.index,
+        repeat=cell.repeat,
+        status="skipped",
+        params=cell.params(),
+        skip_reason=search.skip_reason(cell),
+    )
+
+
 def _run_cells(
     scenario: Scenario,
     cells: list[Cell],
@@ -195,21 +236,11 @@ def _run_cells(
         if output is not None:
             shown = output.reserve(result_dir)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
-        manifest = Manifest(
-            result_dir,
-            redact(scenario.model_dump(mode="json")),
-            scenario_file,
-            redact_argv(argv),
-            scenario_input=redact(scenario_data),
-            security=security.describe(),
-            calibration=calibration,
+        manifest = _first_manifest(
+            result_dir, scenario, scenario_file, scenario_data, argv, security, calibration
         )
-        manifest.save()
 
-    def publish() -> None:
-        if output is not None:
-            output.publish(result_dir)
-
+    publish = functools.partial(_publish, output, result_dir)
     ctx = RunContext(
         scenario, result_dir, manifest, reporter, secrets.token_hex(3), security, run_timing
     )
@@ -218,16 +249,7 @@ def _run_cells(
         reporter.run_started(shown, cells)
         for cell in cells:
             if search is not None and search.should_skip(cell):
-                manifest.add_cell(
-                    CellEntry(
-                        id=cell.id,
-                        index=cell.index,
-                        repeat=cell.repeat,
-                        status="skipped",
-                        params=cell.params(),
-                        skip_reason=search.skip_reason(cell),
-                    )
-                )
+                manifest.add_cell(_skipped(cell, search))
                 continue
             CellRun(ctx, cell).run()
             if search is not None:
