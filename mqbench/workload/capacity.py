@@ -153,7 +153,7 @@ def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
             f"set generator.workers to at least {math.ceil(conns / max(1, usable))}"
         )
     max_workers = MAX_WORKERS_PER_CORE * limits.cpus
-    if workers > max_workers and scenario.generator.engine == "local":
+    if workers > max_workers and not scenario.generator.distributed:
         raise CapacityError(
             f"cell {cell.id}: {conns:,} connections need {workers} worker processes "
             f"(at most {limits.generator_open_files - WORKER_FD_RESERVE:,} connections each: "
@@ -210,7 +210,7 @@ def _raise_files_hint(scenario: Scenario, cell: Cell, limit: int) -> str:
     possible), or a higher limit (needs CAP_SYS_RESOURCE above the hard limit)."""
     needed = cell.connections + BROKER_FD_RESERVE
     raise_it = f"raise the broker's open-files limit to at least {needed:,}"
-    if scenario.runtime == "native":
+    if runtime_capabilities(scenario.runtime).inherits_open_files:
         raise_it = (
             f"raise the open-files limit to at least {needed:,} in the shell that starts "
             f"mqbench (`ulimit -n {needed}`; above the hard limit this needs root with "
