@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
+
+
+def names_in_one_line(names: Iterable[str]) -> str:
+    """``names`` joined by commas for an error line; a name a user wrote with a newline or
+    another unprintable character is shown quoted and escaped, so the error stays one line."""
+    return ", ".join(name if name.isprintable() else repr(name) for name in names)
 
 
 class MqbenchError(Exception):

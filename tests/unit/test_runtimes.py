@@ -140,3 +140,10 @@ def test_external_runtime_refuses_unknown_options_and_missing_pids(tmp_path: Pat
         runtime.start(StartRequest(target="nats", workdir=tmp_path, options={"prot": 1}))
     with pytest.raises(BrokerError, match="pid 999999999 does not exist"):
         runtime.start(StartRequest(target="nats", workdir=tmp_path, options={"pid": 999999999}))
+
+
+def test_an_unknown_option_named_with_a_newline_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError) as refused:
+        NatsSpec().prepare(Path("x"), tmp_path, "127.0.0.1", 1, {"\n": 1})
+    assert str(refused.value).startswith("unknown nats option(s) '\\n' (known: ")
+    assert "\n" not in str(refused.value)

@@ -90,7 +90,7 @@ from mqbench.brokers.runtime.liveness import ContainerExitWatch, ContainerInspec
 from mqbench.brokers.runtime.native_spec import ReadyCheck
 from mqbench.brokers.runtime.net import free_port, is_loopback, port_in_use
 from mqbench.endpoint import Endpoint
-from mqbench.errors import BrokerError
+from mqbench.errors import BrokerError, names_in_one_line
 from mqbench.process.lifeline import guard_compose, release_compose
 
 PROJECT_PREFIX = "mqbench-"
@@ -341,7 +341,7 @@ class DockerRuntime:
         unknown = sorted(set(options) - known)
         if unknown:
             raise BrokerError(
-                f"unknown docker runtime option(s) {', '.join(unknown)} "
+                f"unknown docker runtime option(s) {names_in_one_line(unknown)} "
                 f"(known: {', '.join(sorted(known))})"
             )
         network_mode(target, compose_entry(target), options)

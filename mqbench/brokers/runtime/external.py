@@ -17,7 +17,7 @@ from mqbench.brokers.base import Availability, RuntimeCapabilities, StartRequest
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtime.net import tcp_reachable
 from mqbench.endpoint import Endpoint
-from mqbench.errors import BrokerError
+from mqbench.errors import BrokerError, names_in_one_line
 
 KNOWN_OPTIONS = frozenset({"host", "port", "pid", "version"})
 """Options the external runtime understands."""
@@ -73,7 +73,7 @@ class ExternalRuntime:
         unknown = sorted(set(options) - KNOWN_OPTIONS)
         if unknown:
             raise BrokerError(
-                f"unknown external runtime option(s) {', '.join(unknown)} "
+                f"unknown external runtime option(s) {names_in_one_line(unknown)} "
                 f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
             )
 

@@ -159,12 +159,12 @@ def merged_options(
 ) -> dict[str, Any]:
     """``defaults`` overridden by ``options``; an unknown option is a BrokerError listing
     the known ones."""
-    from mqbench.errors import BrokerError
+    from mqbench.errors import BrokerError, names_in_one_line
 
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise BrokerError(
-            f"unknown {broker} option(s) {', '.join(unknown)} "
+            f"unknown {broker} option(s) {names_in_one_line(unknown)} "
             f"(known: {', '.join(sorted(defaults))})"
         )
     return {**defaults, **options}
