@@ -7,11 +7,14 @@ working whatever state mqbench is in. Protocol on stdin, one line per message::
     del <pid>                  forget it (mqbench stopped it)
     compose <project> <docker> guard a Docker Compose project (<docker>: the CLI's path)
     uncompose <project>        forget it (mqbench took it down)
+    dir <path>                 remove folder <path> (absolute) at the end: a private folder
+    undir <path>               forget it (mqbench removed it)
 
 At end-of-file (mqbench exited, however it exited) every guarded group still present gets
 SIGTERM, and SIGKILL after ``GRACE_S``; then every guarded compose project is taken down,
 newest first (``docker compose -p <project> down -v --remove-orphans``: its containers,
-networks and volumes, found by the project label Compose puts on them); then the reaper
+networks and volumes, found by the project label Compose puts on them); then every guarded
+folder is removed (after the processes and containers that read it); then the reaper
 exits.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,8 +108,14 @@ def main() -> int:
     os.chdir("/")
     guarded: dict[int, int] = {}
     projects: dict[str, str] = {}
+    folders: set[str] = set()
     for raw in sys.stdin.buffer:
-        parts = raw.decode("utf-8", "replace").split()
+        line = raw.decode("utf-8", "surrogateescape").rstrip("\n")
+        command, _, path = line.partition(" ")
+        if command in ("dir", "undir") and path.startswith("/"):
+            (folders.add if command == "dir" else folders.discard)(path)
+            continue
+        parts = line.split()
         try:
             if parts[0] == "add" and len(parts) == 3:
                 guarded[int(parts[1])] = int(parts[2])
@@ -120,6 +130,8 @@ def main() -> int:
     reap_groups(guarded)
     for project, docker in reversed(projects.items()):  # newest first: a proxy joined to a
         compose_down(project, docker)  # broker's network goes before that network
+    for folder in sorted(folders):
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

@@ -14,7 +14,9 @@ Two mechanisms, because neither covers every case alone (docs/results.md, "Failu
   stopped (:func:`release`). When mqbench exits in any way the pipe reaches end-of-file and
   the reaper sends SIGTERM to every registered process group that is still there, then
   SIGKILL after a grace period, and exits. Registered processes must lead their own
-  process group (``start_new_session=True``), so a broker's helpers go with it.
+  process group (``start_new_session=True``), so a broker's helpers go with it. Folders
+  registered with :func:`guard_dir` (a run's private folder: keys, password files) are
+  removed by the same reaper after those processes, so a SIGKILL leaves no secret behind.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def _send(line: str) -> bool:
         if pipe is None:
             return False
         try:
-            pipe.write(line.encode("utf-8"))
+            pipe.write(line.encode("utf-8", "surrogateescape"))
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -152,6 +154,24 @@ def release_compose(project: str) -> None:
     if _pipe is None or _reaper_owner != os.getpid():
         return
     _send(f"uncompose {project}\n")
+
+
+def guard_dir(path: Path) -> bool:
+    """Have the reaper remove folder ``path`` if mqbench exits without removing it (a
+    run's private folder of keys and password files); False if that cannot be arranged
+    (no reaper, or a path with a line break)."""
+    text = str(path.resolve())
+    if "\n" in text:
+        return False
+    return _send(f"dir {text}\n")
+
+
+def release_dir(path: Path) -> None:
+    """Unregister folder ``path`` (mqbench removed it)."""
+    text = str(path.resolve())
+    if _pipe is None or _reaper_owner != os.getpid() or "\n" in text:
+        return
+    _send(f"undir {text}\n")
 
 
 def reaper_pid() -> int | None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from mqbench.records.format import HEADER_SIZE
 from mqbench.scenario.gate import Gate
-from mqbench.scenario.security import Security, options_label
+from mqbench.scenario.security import Security, check_secret_options, options_label
 from mqbench.scenario.topologies import SIZE_FIELDS, shape_of
 from mqbench.scenario.units import parse_duration, parse_size
 
@@ -447,6 +447,15 @@ class BrokerOptions(_Strict):
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return _as_list(value) if value is not None else [{}]
+
+    @field_validator("options")
+    @classmethod
+    def _no_literal_secrets(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # A secret named so (password, default_pass, ...) comes from <name>_env or
+        # <name>_file; the pre-flight adds the secrets a broker's definition declares.
+        for options in value:
+            check_secret_options(options)
+        return value
 
     @field_validator("options")
     @classmethod

@@ -6,12 +6,19 @@ Secrets never come from the scenario text: a password is named by an environment
 (:func:`resolve_password`). Setting names that look like secrets (``password``,
 ``default_pass``, ``api_token``, ...) are recognised by :func:`is_secret_name`, and
 :func:`redact` replaces their values wherever settings are written (cell ids, manifests).
+
+Broker options follow the same rule (:func:`check_secret_options`): an option that is a
+secret, by its name or because the broker's definition declares it one
+(``TargetDefinition.secret_options``), is given only as ``<name>_env`` or ``<name>_file``;
+:func:`resolve_secret_options` reads it into a :class:`Secret`, which prints as
+``<redacted>`` wherever it is written by mistake.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +51,9 @@ name ending in one of them, e.g. ``requirepass``, ``apikey``)."""
 
 REFERENCE_SUFFIXES: Final = ("_env", "_file", "_path", "_dir")
 """Names ending like this point at a secret (``password_env``); their values are not one."""
+SECRET_SOURCES: Final = ("_env", "_file")
+"""A secret option ``X`` is given as ``X_env`` (an environment variable) or ``X_file``."""
+ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def is_secret_name(name: str) -> bool:
@@ -60,9 +70,10 @@ def is_secret_name(name: str) -> bool:
 def options_label(options: dict[str, Any]) -> str | None:
     """A ``broker.options`` variant's label for cell ids: ``label`` or the values joined.
 
-    Options whose names say they are secrets (:func:`is_secret_name`) never appear in it.
+    Options whose names say they are secrets (:func:`is_secret_name`), and where such a
+    secret comes from (``password_env``), never appear in it.
     """
-    shown = {k: v for k, v in options.items() if not is_secret_name(k)}
+    shown = {k: v for k, v in options.items() if not is_secret_name(k) and secret_base(k) is None}
     if "label" in shown:
         return str(shown["label"])
     if not shown:
@@ -71,7 +82,10 @@ def options_label(options: dict[str, Any]) -> str | None:
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` (JSON-like data) with every secret-named key's value replaced."""
+    """A copy of ``value`` (JSON-like data) with every secret-named key's value, and every
+    :class:`Secret`, replaced."""
+    if isinstance(value, Secret):
+        return REDACTED
     if isinstance(value, dict):
         return {
             k: (REDACTED if isinstance(k, str) and is_secret_name(k) else redact(v))
@@ -80,6 +94,157 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret broker option read from an environment variable or a file.
+
+    It prints as ``<redacted>`` (``str``, ``repr``, f-strings, JSON with ``default=str``),
+    so writing it into a config file, a log or the manifest by mistake leaks nothing; the
+    one place that needs the value calls :meth:`reveal` and writes it into the run's
+    private folder.
+    """
+
+    value: str = field(repr=False)
+    source: str
+    """Where it came from, e.g. ``environment variable REDIS_PW``."""
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def reveal(self) -> str:
+        """The secret itself (for a file in the private folder only)."""
+        return self.value
+
+
+def secret_text(value: Any) -> str:
+    """The text of an option value that may be a :class:`Secret` (revealed)."""
+    return value.reveal() if isinstance(value, Secret) else str(value)
+
+
+def secret_base(key: str, declared: frozenset[str] = frozenset()) -> str | None:
+    """``X`` when ``key`` is ``X_env`` or ``X_file`` and ``X`` is a secret (by its name or
+    ``declared``); None otherwise."""
+    for suffix in SECRET_SOURCES:
+        base = key.removesuffix(suffix)
+        if base != key and base and (is_secret_name(base) or base in declared):
+            return base
+    return None
+
+
+def check_secret_options(
+    options: Mapping[str, Any], where: str = "", declared: frozenset[str] = frozenset()
+) -> None:
+    """ValueError (one line that never shows the value) for a secret option given in the
+    scenario text, given twice, or pointing nowhere; nested mappings (and lists of them,
+    such as ``tbmq_credentials``) are checked too. ``where`` prefixes nested keys."""
+    for key, value in options.items():
+        if not isinstance(key, str):
+            continue
+        path = f"{where}.{key}" if where else key
+        base = secret_base(key, declared)
+        if base is not None:
+            _check_reference(options, key, base, path, value)
+        elif _is_literal_secret(key, value, declared):
+            raise ValueError(
+                f"{path!r} is a secret and is not read from the scenario: give "
+                f"{key}_env (an environment variable) or {key}_file (a file whose first "
+                "line is it)"
+            )
+        for child in _mappings_in(value):
+            check_secret_options(child, path, declared)
+
+
+def _is_literal_secret(key: str, value: Any, declared: frozenset[str]) -> bool:
+    """A secret option given as text (a mapping or list holds more options, not one)."""
+    secret = is_secret_name(key) or key in declared
+    return secret and value is not None and not isinstance(value, Mapping | list)
+
+
+def _check_reference(
+    options: Mapping[str, Any], key: str, base: str, path: str, value: Any
+) -> None:
+    from_env = key.endswith("_env")
+    if not isinstance(value, str) or not (ENV_NAME.match(value) if from_env else value):
+        what = "an environment variable name" if from_env else "a file path"
+        raise ValueError(f"{path!r} must be {what}")
+    twins = [k for k in (base, f"{base}_env", f"{base}_file") if k != key and k in options]
+    if twins:
+        raise ValueError(f"{path!r}: give the secret {base!r} once (also given: {twins[0]!r})")
+
+
+def _mappings_in(value: Any) -> list[Mapping[str, Any]]:
+    if isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, Mapping)]
+    return []
+
+
+def resolve_secret_options(
+    options: Mapping[str, Any],
+    where: str = "broker.options",
+    declared: frozenset[str] = frozenset(),
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``options`` with every ``X_env``/``X_file`` of a secret ``X`` replaced by ``X``: a
+    :class:`Secret` read now (nested mappings too); ScenarioError naming the key and the
+    variable or file when it cannot be read."""
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        path = f"{where}.{key}"
+        base = secret_base(key, declared) if isinstance(key, str) else None
+        if base is None:
+            out[key] = _resolve_nested(value, path, declared, env)
+        elif key.endswith("_env"):
+            text = _from_env(path, str(value), env)
+            out[base] = Secret(text, f"environment variable {value}")
+        else:
+            out[base] = Secret(_from_file(path, Path(str(value))), f"file {value}")
+    return out
+
+
+def _resolve_nested(value: Any, path: str, declared: frozenset[str], env: Mapping[str, str]) -> Any:
+    if isinstance(value, Mapping):
+        return resolve_secret_options(value, path, declared, env)
+    if isinstance(value, list):
+        return [_resolve_nested(v, path, declared, env) for v in value]
+    return value
+
+
+def has_secret_references(options: Mapping[str, Any], declared: frozenset[str]) -> bool:
+    """True when ``options`` (or a mapping nested in it) gives a secret by reference."""
+    for key, value in options.items():
+        if isinstance(key, str) and secret_base(key, declared) is not None:
+            return True
+        if any(has_secret_references(m, declared) for m in _mappings_in(value)):
+            return True
+    return False
+
+
+def _from_env(path: str, name: str, env: Mapping[str, str]) -> str:
+    value = env.get(name)
+    if not value:
+        raise ScenarioError(f"{path}: environment variable {name} is not set (or empty)")
+    return value
+
+
+def _from_file(path: str, file: Path) -> str:
+    """The first line of ``file``; ScenarioError naming ``path`` and the file otherwise."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: {file}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ScenarioError(f"{path}: {file}: cannot read ({why})") from None
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
+    if not first:
+        raise ScenarioError(f"{path}: {file}: the first line is empty")
+    return first
 
 
 class _Strict(BaseModel):
@@ -172,26 +337,10 @@ def resolve_password(auth: Auth, environ: dict[str, str] | None = None) -> Crede
     """Read ``auth``'s password; ``ScenarioError`` naming the variable or file when missing."""
     env = os.environ if environ is None else environ
     if auth.password_env is not None:
-        value = env.get(auth.password_env)
-        if not value:
-            raise ScenarioError(
-                f"security.auth.password_env: environment variable {auth.password_env} "
-                "is not set (or empty)"
-            )
-        return Credentials(auth.username, value)
+        password = _from_env("security.auth.password_env", auth.password_env, env)
+        return Credentials(auth.username, password)
     assert auth.password_file is not None
-    path = auth.password_file
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"security.auth.password_file: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ScenarioError(f"security.auth.password_file: {path}: cannot read ({why})") from None
-    lines = text.splitlines()
-    password = lines[0] if lines else ""
-    if not password:
-        raise ScenarioError(f"security.auth.password_file: {path}: the first line is empty")
+    password = _from_file("security.auth.password_file", auth.password_file)
     return Credentials(auth.username, password)
 
 

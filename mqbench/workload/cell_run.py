@@ -39,7 +39,7 @@ from mqbench.records.clocks import GeneratorClocks
 from mqbench.records.events import EventKind, EventLog
 from mqbench.records.manifest import Manifest
 from mqbench.records.timing import ReceiveStamp, TimingEntry
-from mqbench.scenario.matrix import Cell, broker_options
+from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Faults, Scenario
 from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.capacity import pending_bound
@@ -57,7 +57,7 @@ from mqbench.workload.plan import (
 )
 from mqbench.workload.realtime import RealtimeDecision
 from mqbench.workload.reporter import RunReporter
-from mqbench.workload.security import RunSecurity
+from mqbench.workload.security import RunSecurity, broker_start_options
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.spark_engine import SparkStage
 from mqbench.workload.topology import Topology, build_topology, fault_targets
@@ -220,15 +220,16 @@ class CellRun:
         """Start the broker, watch it die, and sample its CPU and memory."""
         scenario, cell, events, sampler = self.scenario, self.cell, self._events, self._sampler
         self.reporter.phase(cell, f"starting {cell.target} ({scenario.runtime})")
+        options = broker_start_options(scenario, cell)  # secret options read now
         self.broker = broker = get_runtime(scenario.runtime).start(
             StartRequest(
                 target=cell.target,
                 workdir=self.cell_dir / "broker",
                 host=scenario.broker.host,
                 port=scenario.broker.port,
-                options=broker_options(scenario, cell),
+                options=options,
                 startup_timeout_s=scenario.broker.startup_timeout,
-                security=self.ctx.security.broker,
+                security=self.ctx.security.broker_for(options),
             )
         )
         events.write(EventKind.BROKER_STARTED, **broker.info)

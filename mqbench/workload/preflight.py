@@ -33,7 +33,7 @@ from mqbench.workload.capacity import check_disk_space, check_fits
 from mqbench.workload.distributed import check_distributed, check_remote_output, staging_parent
 from mqbench.workload.hot_path import choose as choose_hot_path
 from mqbench.workload.plan import worker_count
-from mqbench.workload.security import check_security
+from mqbench.workload.security import broker_start_options, check_security
 from mqbench.workload.topology import build_topology, fault_targets
 
 
@@ -210,7 +210,8 @@ def check_targets(scenario: Scenario, cells: Sequence[Cell]) -> None:
         if key in seen:
             continue
         seen.add(key)
+        resolved = broker_start_options(scenario, cell)  # secrets can be read, or a refusal
         try:
-            runtime.check_options(cell.target, options)
+            runtime.check_options(cell.target, resolved)
         except BrokerError as exc:
             raise BrokerError(f"target {cell.target!r}: {exc}") from None

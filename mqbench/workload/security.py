@@ -5,27 +5,40 @@ can be read, the CA/certificate files exist, every client and every runtime/brok
 TLS and authentication. :func:`open_run_security` is the run part: it reads the password,
 creates a private directory outside the result folder (0700) and, for brokers mqbench
 starts, generates the run's CA and certificates there (``brokers.tls_material``); ``close``
-removes the directory. The manifest gets :meth:`RunSecurity.describe`, never a secret.
+removes the directory, and so does the orphan reaper when mqbench is killed
+(``process.lifeline.guard_dir``). The manifest gets :meth:`RunSecurity.describe`, never a
+secret.
+
+Secret broker options (``broker.options.password_env``, ...) are read per cell by
+:func:`broker_start_options`; a run that has any gets the private directory too, for the
+config fragments that hold them (``RunSecurity.broker_for``).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mqbench.brokers.base import BrokerSecurity
-from mqbench.brokers.registry import get_target
+from mqbench.brokers.registry import get_definition, get_target
 from mqbench.brokers.runtime.registry import get_runtime, runtime_capabilities
 from mqbench.brokers.security.tls_material import TlsMaterial, generate
 from mqbench.errors import BrokerError, ScenarioError
+from mqbench.process import lifeline
+from mqbench.scenario.matrix import Cell, broker_options
 from mqbench.scenario.model import Scenario
 from mqbench.scenario.security import (
     Credentials,
+    Secret,
+    check_secret_options,
     check_security_files,
+    has_secret_references,
     resolve_password,
+    resolve_secret_options,
 )
 from mqbench.transports.base import ClientSecurity, ClientTls
 from mqbench.transports.registry import get_transport, resolve_client
@@ -75,18 +88,69 @@ class RunSecurity:
         """The manifest's ``security`` entry: what was on, fingerprints; no secret."""
         return dict(self.facts)
 
+    def broker_for(self, options: Mapping[str, Any]) -> BrokerSecurity | None:
+        """What a broker started with ``options`` is configured with: the run's security,
+        or, for a plain run whose options hold a :class:`Secret`, only the private
+        directory (the broker writes the secret there, never into its work directory)."""
+        if self.broker is not None or self.private_dir is None:
+            return self.broker
+        if not any(isinstance(v, Secret) for v in _values(options)):
+            return None
+        return BrokerSecurity(private_dir=self.private_dir / "broker")
+
     def close(self) -> None:
         """Remove the private directory (keys, password files) and everything in it."""
         if self.private_dir is not None:
             shutil.rmtree(self.private_dir, ignore_errors=True)
+            lifeline.release_dir(self.private_dir)
             self.private_dir = None
+
+
+def _values(value: Any) -> list[Any]:
+    """Every value in ``value``, nested mappings and lists walked."""
+    if isinstance(value, Mapping):
+        return [w for v in value.values() for w in _values(v)]
+    if isinstance(value, list):
+        return [w for v in value for w in _values(v)]
+    return [value]
+
+
+def broker_start_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
+    """``StartRequest.options`` of ``cell``: its broker options with every secret option
+    read (a :class:`Secret`). ScenarioError naming the key when a secret is given in the
+    text (also one the target's definition declares) or cannot be read."""
+    declared = get_definition(cell.target).secret_options
+    options = broker_options(scenario, cell)
+    try:
+        check_secret_options(options, "", declared)
+    except ValueError as exc:
+        raise ScenarioError(f"broker.options: {exc}") from None
+    return resolve_secret_options(options, "broker.options", declared)
+
+
+def _private_dir() -> Path:
+    """A fresh 0700 folder outside the result folder, removed by the orphan reaper if
+    mqbench dies before :meth:`RunSecurity.close`."""
+    path = Path(tempfile.mkdtemp(prefix="mqbench-private-"))
+    lifeline.guard_dir(path)
+    return path
+
+
+def _has_secret_options(scenario: Scenario) -> bool:
+    declared = frozenset(
+        name for target in scenario.targets for name in get_definition(target).secret_options
+    )
+    return any(has_secret_references(o, declared) for o in scenario.broker.options)
 
 
 def open_run_security(scenario: Scenario) -> RunSecurity:
     """Read the credentials and make the run's certificates (see the module docstring)."""
     security = scenario.security
     if not security.enabled:
-        return RunSecurity(None, None, None, {"tls": False, "auth": False})
+        starts = runtime_capabilities(scenario.runtime).starts_broker
+        secrets = starts and _has_secret_options(scenario)
+        private = _private_dir() if secrets else None
+        return RunSecurity(private, None, None, {"tls": False, "auth": False})
     credentials: Credentials | None = None
     if security.auth is not None:
         credentials = resolve_password(security.auth)
@@ -112,7 +176,7 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
                 "client_certificate": security.cert_file is not None,
             }
         return RunSecurity(None, None, ClientSecurity(username, password, tls), facts)
-    private_dir = Path(tempfile.mkdtemp(prefix="mqbench-private-"))
+    private_dir = _private_dir()
     try:
         material: TlsMaterial | None = None
         if security.tls:
@@ -138,6 +202,7 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
         )
     except BaseException:
         shutil.rmtree(private_dir, ignore_errors=True)
+        lifeline.release_dir(private_dir)
         raise
 
 

@@ -1,17 +1,24 @@
-"""``mqbench brokers up/status/logs/down`` with a real mosquitto, across CLI processes."""
+"""``mqbench brokers up/status/logs/down`` with real brokers, across CLI processes: a
+mosquitto by hand, and every native target's ``up``/``down`` leaving no process (checked
+by PID, daemons that left the broker's tree included)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from mqbench.brokers.registry import definitions
+from mqbench.brokers.runtime.manage import start_broker, stop_broker
+from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.brokers.runtime.net import tcp_reachable
 
 pytestmark = pytest.mark.integration
@@ -19,14 +26,14 @@ pytestmark = pytest.mark.integration
 CLI = "from mqbench.cli.brokers_cmd import brokers_app; brokers_app()"
 
 
-def brokers(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def brokers(state: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MQBENCH_STATE_DIR": str(state)}
     return subprocess.run(
         [sys.executable, "-c", CLI, *args],
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=timeout_s,
         check=False,
     )
 
@@ -88,3 +95,55 @@ def test_a_native_profile_by_hand_puts_the_broker_in_a_cgroup_that_down_removes(
         if psutil.pid_exists(pid):
             psutil.Process(pid).kill()
         remove_cgroup_dirs(paths)
+
+
+NATIVE_TARGETS = [name for name, d in definitions().items() if d.native is not None]
+
+
+def _related(pid: int, workdir: str, candidates: set[int]) -> set[int]:
+    """The broker ``pid``, its process tree, and every process new since before ``up``
+    whose environment names the broker's work directory (a daemon it started that left
+    its tree, such as RabbitMQ's ``epmd``)."""
+    found = {pid}
+    with contextlib.suppress(psutil.Error):
+        found |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    for other in candidates - found:
+        with contextlib.suppress(psutil.Error):
+            if any(workdir in value for value in psutil.Process(other).environ().values()):
+                found.add(other)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", NATIVE_TARGETS)
+def test_brokers_up_then_down_leaves_no_process_of_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """What ``mqbench brokers up``/``down`` call (the CLI around them is tested above)."""
+    availability = NativeRuntime().availability(target)
+    if not availability.available:
+        pytest.skip(availability.reason)
+    monkeypatch.setenv("MQBENCH_STATE_DIR", str(tmp_path / "state"))
+    before = set(psutil.pids())
+    state = start_broker(target, "native", None, None, 240.0)
+    assert state.pid is not None
+    pids = _related(state.pid, state.workdir, set(psutil.pids()) - before)
+    try:
+        (stopped,) = stop_broker(target, "native")
+        assert stopped.outcome.startswith(("stopped", "killed"))
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p for p in pids if _alive(p)] == [], (pids, stopped.outcome)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                if _alive(pid):
+                    psutil.Process(pid).kill()

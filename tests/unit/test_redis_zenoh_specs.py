@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definitions.redis import RedisSpec
 from mqbench.brokers.definitions.zenoh import ZenohSpec
 from mqbench.brokers.services.zenoh_router import router_settings
 from mqbench.errors import BrokerError
+from mqbench.scenario.security import Secret
 
 BINARY = Path("/usr/bin/redis-server")
 
@@ -38,12 +40,22 @@ def test_redis_config_is_loopback_only_without_persistence_and_with_the_pubsub_l
     assert plan.settings["requirepass"] is False
 
 
-def test_redis_password_is_written_to_the_file_but_redacted_in_the_record(tmp_path: Path) -> None:
-    plan = RedisSpec().prepare(BINARY, tmp_path, "127.0.0.1", 6400, {"password": 'p"w'})
-    assert 'requirepass "p\\"w"' in (tmp_path / "redis.conf").read_text()
-    assert 'p"w' not in plan.config_text
-    assert 'requirepass "<redacted>"' in plan.config_text
-    assert plan.settings["requirepass"] is True
+def test_a_redis_password_is_written_only_into_the_private_folder(tmp_path: Path) -> None:
+    work, private = tmp_path / "work", tmp_path / "private"
+    work.mkdir()
+    password = Secret('p"w', "environment variable PW")
+    security = BrokerSecurity(private_dir=private)
+    plan = RedisSpec().prepare_secured(
+        BINARY, work, "127.0.0.1", 6400, {"password": password}, security
+    )
+    secret_file = private / "redis-requirepass.conf"
+    assert secret_file.read_text() == 'requirepass "p\\"w"\n'
+    assert secret_file.stat().st_mode & 0o077 == 0
+    assert f'include "{secret_file}"' in (work / "redis.conf").read_text()
+    assert not any('p"w' in p.read_text() for p in work.rglob("*") if p.is_file())
+    assert 'p"w' not in plan.config_text and plan.settings["requirepass"] is True
+    with pytest.raises(BrokerError, match="needs the run's private folder"):
+        RedisSpec().prepare(BINARY, work, "127.0.0.1", 6401, {"password": password})
 
 
 def test_redis_options_are_checked(tmp_path: Path) -> None:

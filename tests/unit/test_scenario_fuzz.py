@@ -1,10 +1,11 @@
 """Scenario fuzzing: whatever a scenario file holds, mqbench answers with one line, never a
-traceback.
+traceback, and never a resource blow-up.
 
 Every example goes through what ``mqbench scenario validate`` does (read, parse, validate,
 expand, the load pre-flight) and must either pass or raise a ``MqbenchError`` whose message
-is one line. The unit suite runs a few hundred examples per strategy; the long mode runs
-``MQBENCH_FUZZ_EXAMPLES`` (e.g. 10000) on demand::
+is one line, while the memory it allocates stays under ``MAX_PEAK_BYTES`` (tracemalloc) —
+alias bombs included. The unit suite runs a few hundred examples per strategy; the long
+mode runs ``MQBENCH_FUZZ_EXAMPLES`` (e.g. 10000) per strategy on demand::
 
     MQBENCH_FUZZ_EXAMPLES=10000 .venv/bin/pytest tests/unit/test_scenario_fuzz.py
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ FUZZ = settings(
 )
 MAX_CELLS = 64
 """Examples that expand to more cells are only validated, not pre-flighted (time)."""
+MAX_PEAK_BYTES = 50 * 2**20
+"""Most memory one example may allocate (issue 27: an alias bomb is refused under 50 MB)."""
 
 BASE: dict[str, Any] = {
     "name": "fuzz",
@@ -96,10 +100,14 @@ def _write(data: bytes) -> Path:
 
 def _check_bytes(data: bytes) -> None:
     path = _write(data)
+    tracemalloc.start()
     try:
         check_one(path)
+        _, peak = tracemalloc.get_traced_memory()
     finally:
+        tracemalloc.stop()
         path.unlink()
+    assert peak < MAX_PEAK_BYTES, f"{peak / 2**20:.0f} MB for {data[:200]!r}"
 
 
 @FUZZ
@@ -148,3 +156,43 @@ def test_corrupted_scenario_files_never_raise_anything_but_a_one_line_error(
     text = yaml.safe_dump(data, allow_unicode=True).encode("utf-8")
     at = min(at, len(text))
     _check_bytes(text[:at] + junk + text[at:])
+
+
+ALIAS_PLACES = [
+    "workload:\n  pairs: *{a}\n",
+    "workload: {{rate: *{a}}}\n",
+    "description: *{a}\n",
+    "broker:\n  options: *{a}\n",
+    "broker:\n  options:\n    - {{<<: *{a}}}\n",
+    "generator:\n  spark_conf: *{a}\n",
+    "targets: *{a}\n",
+]
+
+
+@st.composite
+def aliased_scenarios(draw: st.DrawFn) -> str:
+    """Anchors of anchors (the shape of a "billion laughs" file), used where lists,
+    mappings and scalars are expected, sometimes through a merge key."""
+    levels = draw(st.integers(min_value=0, max_value=14))
+    width = draw(st.integers(min_value=1, max_value=12))
+    leaf = draw(st.sampled_from(["[1, 2, 3]", "{k: v, n: 1}", "10", "'x'", "[nats]", "{}"]))
+    lines = ["name: fuzz", "targets: [nats]", f"x0: &a0 {leaf}"]
+    for level in range(1, levels + 1):
+        refs = ", ".join([f"*a{level - 1}"] * width)
+        body = (
+            f"[{refs}]"
+            if draw(st.booleans())
+            else "{" + ", ".join(f"k{i}: *a{level - 1}" for i in range(width)) + "}"
+        )
+        lines.append(f"x{level}: &a{level} {body}")
+    text = "\n".join(lines) + "\n"
+    text += draw(st.sampled_from(ALIAS_PLACES)).format(a=f"a{levels}")
+    return text
+
+
+@FUZZ
+@given(aliased_scenarios())
+def test_nested_aliases_never_blow_up_and_never_raise_anything_but_a_one_line_error(
+    text: str,
+) -> None:
+    _check_bytes(text.encode("utf-8"))

@@ -30,8 +30,10 @@ from mqbench.builtin_broker.config import BrokerConfig, ClientClassifier, Client
 from mqbench.errors import BrokerError, ScenarioError, TransportError
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand
+from mqbench.scenario.model import Scenario
 from mqbench.scenario.security import (
     Auth,
+    Secret,
     is_secret_name,
     redact,
     redact_argv,
@@ -40,7 +42,7 @@ from mqbench.scenario.security import (
 from mqbench.transports.base import ClientTls
 from mqbench.transports.stream import tls_context
 from mqbench.workload.preflight import preflight
-from mqbench.workload.security import open_run_security
+from mqbench.workload.security import broker_start_options, open_run_security
 
 SECRET = "Zq7-unit-secret-value"
 
@@ -126,22 +128,31 @@ def test_secret_setting_names_are_recognised(name: str, secret: bool) -> None:
     assert is_secret_name(name) is secret
 
 
-def test_a_redis_password_option_stays_out_of_the_cell_id_and_parameters() -> None:
-    scenario = validate_scenario(
-        {
-            "name": "r",
-            "targets": ["redis"],
-            "broker": {"options": [{"password": SECRET, "io_threads": 2}]},
-        },
-        "s.yaml",
+def test_a_redis_password_option_is_refused_as_text_and_taken_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def scenario_with(options: dict[str, object]) -> Scenario:
+        data = {"name": "r", "targets": ["redis"], "broker": {"options": [options]}}
+        return validate_scenario(data, "s.yaml")
+
+    with pytest.raises(ScenarioError) as caught:
+        scenario_with({"password": SECRET, "io_threads": 2})
+    assert str(caught.value) == (
+        "s.yaml: broker.options: 'password' is a secret and is not read from the scenario: "
+        "give password_env (an environment variable) or password_file (a file whose first "
+        "line is it)"
     )
+    scenario = scenario_with({"password_env": "REDIS_PW", "io_threads": 2})
     (cell,) = expand(scenario)
-    assert SECRET not in cell.id
-    assert cell.id.endswith("-2")
-    assert SECRET not in json.dumps(cell.params())
-    assert cell.params()["broker_options"]["password"] == "<redacted>"
-    dumped = redact(scenario.model_dump(mode="json"))
-    assert SECRET not in json.dumps(dumped)
+    assert cell.id.endswith("-2") and "REDIS_PW" not in cell.id
+    monkeypatch.setenv("REDIS_PW", SECRET)
+    options = broker_start_options(scenario, cell)
+    assert isinstance(options["password"], Secret) and "password_env" not in options
+    assert options["password"].reveal() == SECRET
+    shown = json.dumps(
+        [redact(options), cell.params(), redact(scenario.model_dump(mode="json"))], default=str
+    )
+    assert SECRET not in shown and SECRET not in f"{options} {options['password']!r}"
 
 
 def test_command_line_overrides_of_secrets_are_redacted() -> None:

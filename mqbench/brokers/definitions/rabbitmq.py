@@ -47,6 +47,7 @@ from mqbench.brokers.runtime.net import free_port
 from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
+from mqbench.scenario.security import Secret
 
 DEFAULTS: dict[str, Any] = {
     "amqp_port": None,
@@ -105,18 +106,33 @@ def _erlang_binary(text: str) -> str:
     return "<<" + ",".join(str(b) for b in text.encode("utf-8")) + ">>"
 
 
-def _advanced_config(workdir: Path, security: BrokerSecurity | None) -> Path:
-    """Where the node reads ``advanced.config``: the work directory (no such file), or,
-    with credentials, a file in the private directory that sets the only user."""
-    if security is None or not security.auth:
+def _advanced_config(
+    workdir: Path, security: BrokerSecurity | None, opts: Mapping[str, Any]
+) -> Path:
+    """Where the node reads ``advanced.config``: the work directory (no such file), or a
+    file in the private directory that sets the only user: the scenario's credentials, or
+    the ``default_user`` whose ``default_pass`` is a secret option (also the user anonymous
+    MQTT clients get)."""
+    if security is not None and security.auth:
+        assert security.username is not None and security.password is not None
+        user = _erlang_binary(security.username)
+        password = _erlang_binary(security.password)
+        mqtt = "{allow_anonymous, false}"
+    elif isinstance(opts["default_pass"], Secret):
+        if security is None:
+            raise BrokerError(
+                "rabbitmq option default_pass needs the run's private folder for the file "
+                "that holds it: give it in a scenario as default_pass_env or default_pass_file"
+            )
+        user = _erlang_binary(str(opts["default_user"]))
+        password = _erlang_binary(opts["default_pass"].reveal())
+        mqtt = f"{{default_user, {user}}}, {{default_pass, {password}}}"
+    else:
         return workdir / "advanced.config"
-    assert security.username is not None and security.password is not None
-    user = _erlang_binary(security.username)
-    password = _erlang_binary(security.password)
     path = private_file(security, "rabbitmq-advanced.config")
     path.write_text(
         f"[{{rabbit, [{{default_user, {user}}}, {{default_pass, {password}}}]}},\n"
-        f" {{rabbitmq_mqtt, [{{allow_anonymous, false}}]}}].\n",
+        f" {{rabbitmq_mqtt, [{mqtt}]}}].\n",
         encoding="utf-8",
     )
     return path
@@ -178,6 +194,8 @@ class RabbitMqSpec(ConfiguredSpec):
         opts = merged_options("rabbitmq", DEFAULTS, options)
         tls = security.tls if security is not None else None
         auth = security is not None and security.auth
+        # The user goes into the private advanced.config when it has a password to hide.
+        in_conf = not auth and not isinstance(opts["default_pass"], Secret)
         listen = "ssl" if tls is not None else "tcp"
         mqtt = self.protocol == "mqtt" if opts["mqtt"] is None else bool(opts["mqtt"])
         if self.protocol == "mqtt" and not mqtt:
@@ -204,12 +222,12 @@ class RabbitMqSpec(ConfiguredSpec):
             f"listeners.{listen}.1 = {host}:{amqp_port}",
             "loopback_users = none",
             *(
-                []
-                if auth
-                else [
+                [
                     f"default_user = {opts['default_user']}",
                     f"default_pass = {opts['default_pass']}",
                 ]
+                if in_conf
+                else []
             ),
             "log.console = true",
             "log.console.level = info",
@@ -233,12 +251,12 @@ class RabbitMqSpec(ConfiguredSpec):
                 f"mqtt.listeners.{listen}.1 = {host}:{mqtt_port}",
                 f"mqtt.allow_anonymous = {'false' if auth else 'true'}",
                 *(
-                    []
-                    if auth
-                    else [
+                    [
                         f"mqtt.default_user = {opts['default_user']}",
                         f"mqtt.default_pass = {opts['default_pass']}",
                     ]
+                    if in_conf
+                    else []
                 ),
                 "mqtt.vhost = /",
                 "mqtt.exchange = amq.topic",
@@ -262,7 +280,7 @@ class RabbitMqSpec(ConfiguredSpec):
             "HOME": mounts.seen(workdir),
             "RABBITMQ_CONF_ENV_FILE": mounts.seen(env_file),
             "RABBITMQ_CONFIG_FILE": mounts.seen(config_path),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": mounts.seen(_advanced_config(workdir, security)),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": mounts.seen(_advanced_config(workdir, security, opts)),
             "RABBITMQ_ENABLED_PLUGINS_FILE": mounts.seen(enabled),
             "RABBITMQ_NODENAME": nodename,
             "RABBITMQ_USE_LONGNAME": "false",

@@ -37,6 +37,7 @@ from mqbench.brokers.runtime.net import is_loopback
 from mqbench.brokers.runtime.probes import redis_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
+from mqbench.scenario.security import secret_text
 
 DEFAULTS: dict[str, Any] = {
     "pubsub_buffer_limit": "256mb 64mb 60",
@@ -51,6 +52,19 @@ DEFAULTS: dict[str, Any] = {
 def _quote(value: str) -> str:
     """A redis.conf string argument in double quotes."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _requirepass_file(security: BrokerSecurity | None, password: Any) -> Path:
+    """The ``requirepass`` line in a file of the private folder (never the work directory,
+    which lies in the result folder); ``include``d from ``redis.conf``."""
+    if security is None:
+        raise BrokerError(
+            "redis option password needs the run's private folder for the file that holds "
+            "it: give it in a scenario as broker.options.password_env or password_file"
+        )
+    path = private_file(security, "redis-requirepass.conf")
+    path.write_text(f"requirepass {_quote(secret_text(password))}\n", encoding="utf-8")
+    return path
 
 
 class RedisSpec(ConfiguredSpec):
@@ -128,15 +142,12 @@ class RedisSpec(ConfiguredSpec):
                 encoding="utf-8",
             )
             lines.append(f"include {_quote(mounts.seen(users))}")
-        shown = list(lines)
         password = opts["password"]
         if password:
-            lines.append(f"requirepass {_quote(str(password))}")
-            shown.append('requirepass "<redacted>"')
+            lines.append(f"include {_quote(mounts.seen(_requirepass_file(security, password)))}")
         extra = str(opts["extra_config"]).strip()
         if extra:
             lines += ["# extra_config from the scenario", extra]
-            shown += ["# extra_config from the scenario", extra]
         text = "\n".join(lines) + "\n"
         config_path = workdir / "redis.conf"
         config_path.write_text(text, encoding="utf-8")
@@ -164,7 +175,7 @@ class RedisSpec(ConfiguredSpec):
         return LaunchPlan(
             argv=[str(binary), mounts.seen(config_path)],
             config_path=config_path,
-            config_text="\n".join(shown) + "\n",
+            config_text=text,
             settings=settings,
             ready_check=ready,
         )
@@ -196,6 +207,7 @@ DEFINITION = BrokerDefinition(
                 healthcheck_logs_in=True,
                 options={"pubsub_buffer_limit": "0 0 0", "maxclients": 100000},
             ),
+            secret_options=frozenset({"password"}),
         ),
     ),
 )

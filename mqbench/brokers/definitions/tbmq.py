@@ -27,6 +27,7 @@ from mqbench.brokers.definition import (
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.services.tbmq_api import MqttCredential, bootstrap_credentials, wait_for_health
 from mqbench.errors import BrokerError
+from mqbench.scenario.security import secret_text
 
 CREDENTIALS_OPTION = "tbmq_credentials"
 HTTP_PORT_VAR = "MQBENCH_HTTP_PORT"
@@ -53,7 +54,7 @@ def parse_credentials(raw: Any) -> list[MqttCredential]:
         creds.append(
             MqttCredential(
                 str(item["username"]),
-                str(item["password"]),
+                secret_text(item["password"]),  # given as password_env or password_file
                 "APPLICATION" if client_type == "APPLICATION" else "DEVICE",
                 str(item["client_id"]) if item.get("client_id") else None,
             )

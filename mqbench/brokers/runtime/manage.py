@@ -33,7 +33,7 @@ from mqbench.brokers.docker.engine import DockerCli
 from mqbench.brokers.docker.project import ComposeProject
 from mqbench.brokers.docker.runtime import DockerBroker
 from mqbench.brokers.java import maven
-from mqbench.brokers.registry import get_target, maven_distributions
+from mqbench.brokers.registry import get_target, maven_distributions, native_specs
 from mqbench.brokers.resources.native_profiles import check_native_profile
 from mqbench.brokers.resources.profiles import profile_names
 from mqbench.brokers.runtime.native import (
@@ -43,6 +43,7 @@ from mqbench.brokers.runtime.native import (
     read_tail,
     stop_pid,
 )
+from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.errors import BrokerError, UsageError
 
@@ -80,6 +81,9 @@ class BrokerState:
     compose_file: str | None = None
     profile: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    companions: list[tuple[int, float]] = field(default_factory=list)
+    """Processes the broker started outside its tree (RabbitMQ's ``epmd``): PID and start
+    time, so ``down`` stops them too, and only them."""
 
     @property
     def path(self) -> Path:
@@ -188,11 +192,46 @@ def state_status(state: BrokerState) -> str:
 
 
 def stop_native(state: BrokerState, grace_s: float = STOP_GRACE_S) -> str:
-    """Stop a recorded native broker (its process group) by PID; what happened, in words."""
+    """Stop a recorded native broker (its process group) by PID, then the processes it
+    started outside its tree (``companions``, as ``run`` does); what happened, in words."""
     if state.pid is None:
         return StopOutcome.NOT_RUNNING.value
     outcome = stop_pid(state.pid, grace_s, started_at=state.pid_create_time, process_group=True)
-    return outcome.value
+    recorded: list[tuple[int, float | None]] = [(int(p), t) for p, t in state.companions]
+    known = {pid for pid, _ in recorded}
+    recorded += [(pid, None) for pid in _find_companions(state) if pid not in known]
+    stopped = [
+        pid
+        for pid, started in recorded
+        if stop_pid(pid, grace_s, started_at=started) is not StopOutcome.NOT_RUNNING
+    ]
+    text = outcome.value
+    if stopped:
+        text += f"; {', '.join(map(str, stopped))} it started (e.g. epmd) stopped too"
+    return text
+
+
+def _find_companions(state: BrokerState) -> list[int]:
+    """Companions the target's spec finds now from the recorded settings (a state file
+    written before companions were recorded, or one that appeared after ``up``)."""
+    spec = native_specs().get(state.target)
+    if spec is None:
+        return []
+    settings = dict(state.info.get("settings") or {})
+    plan = LaunchPlan(argv=[], config_path=None, config_text="", settings=settings)
+    try:
+        return spec.companion_pids(plan)
+    except Exception:  # a lookup, never a reason to fail the stop
+        return []
+
+
+def _companions(broker: NativeBroker) -> list[tuple[int, float]]:
+    """The broker's companion processes with their start times (gone ones left out)."""
+    found = []
+    for pid in broker.companion_pids():
+        with contextlib.suppress(psutil.Error):
+            found.append((pid, psutil.Process(pid).create_time()))
+    return found
 
 
 def remove_native_cgroup(state: BrokerState) -> str:
@@ -262,6 +301,7 @@ def start_broker(
             state.pid_create_time = psutil.Process(pid).create_time()
         state.log_path = str(broker.log_path)
         state.profile = profile
+        state.companions = _companions(broker)
     elif isinstance(broker, DockerBroker):
         state.project = broker.project.name
         state.compose_file = str(broker.project.file)

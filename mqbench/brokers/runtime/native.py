@@ -129,6 +129,16 @@ class NativeBroker:
         """The last lines of the broker's log."""
         return read_tail(self._log_path, lines)
 
+    def companion_pids(self) -> list[int]:
+        """Processes the broker started outside its own tree (``NativeSpec.companion_pids``,
+        e.g. RabbitMQ's ``epmd``), found now."""
+        if self._companions is None:
+            return []
+        try:
+            return self._companions()
+        except Exception:  # a lookup, never a reason to fail
+            return []
+
     def stop(self) -> None:
         """SIGTERM the broker's PID, wait up to 10 s, then SIGKILL; idempotent; never raises."""
         with self._lock:
