@@ -133,7 +133,7 @@ def interrupted_reason(
     """A reason when the cell was interrupted (the window ends at the stop)."""
     if status != "interrupted":
         return []
-    measured = f"{window_s:.1f} s measured"
+    measured = f"{window_s:.3g} s measured"
     if planned_s is not None:
         measured += f" of the planned {planned_s:g} s"
     why = f" ({error})" if error else ""

@@ -5,7 +5,7 @@
 - ``‡`` the latency was generator-bound in some repeat (``latency_verdict``): only latency
   values carry it;
 - ``§`` the cell was invalid in some repeat for another reason (the broker exited, sends
-  failed, records were truncated);
+  failed, records were truncated, the run was interrupted);
 - ``¶`` the loss includes a backlog in some repeat (``backlog_at_drain_end``): the broker
   was still delivering when the drain ended; only loss values carry it.
 
@@ -41,8 +41,8 @@ NOTES: Final[dict[Mark, str]] = {
     "send lag was over 10 % of the latency p50 or over 25 % of its p99, so the latency "
     "describes the load generator, not the broker.",
     Mark.INVALID: "§ invalid in at least one repeat for a reason other than the generator "
-    "(the broker exited, sends failed, or records were truncated): the numbers do not "
-    "measure the broker.",
+    "(the broker exited, sends failed, records were truncated, or the run was interrupted): "
+    "the numbers do not measure the broker.",
     Mark.BACKLOG: "¶ the broker was still delivering when the drain ended in at least one "
     "repeat (backlog_at_drain_end): the loss counts messages not delivered by then, which "
     "may include messages it still held, not only drops; a longer workload.drain tells them "
@@ -53,7 +53,7 @@ NOTES: Final[dict[Mark, str]] = {
 LEGEND: Final[dict[Mark, str]] = {
     Mark.SATURATED: "† generator saturated",
     Mark.LATENCY_BOUND: "‡ latency generator-bound",
-    Mark.INVALID: "§ invalid (broker exited, sends failed, truncated)",
+    Mark.INVALID: "§ invalid (broker exited, sends failed, truncated, interrupted)",
     Mark.BACKLOG: "¶ loss includes a backlog at the drain's end",
 }
 """The legend entry of a figure that draws the mark."""

@@ -269,3 +269,35 @@ def test_intact_record_files_leave_a_cell_valid(tmp_path: Path) -> None:
     (summary,) = analyze_results(run, engine="numpy").summaries
     assert summary.valid and summary.record_issues == []
     assert np.isclose(summary.loss_pct or 0.0, 0.0)
+
+
+def test_an_interrupted_cell_is_never_shown_as_ok_by_analyze_report_or_compare(
+    tmp_path: Path,
+) -> None:
+    from mqbench.analysis.compare import InvalidCellsError, compare_runs
+    from mqbench.cli.tables import validity_text
+    from mqbench.report.build import build_report
+
+    entry = make_cell(
+        tmp_path,
+        status="interrupted",
+        deliveries=[records([(s * MS, 10, 0, 0, s) for s in range(100)])],
+        sends=[sends_ok(1, range(100))],
+        params={"target": "fake", "pairs": 1, "drain_s": 0.0, "duration_s": 0.1},
+        events=[{"t_ns": 50 * MS, "kind": "interrupted", "signal": "SIGINT"}],
+    )
+    entry["error"] = "interrupted by SIGINT (Ctrl-C)"
+    run = write_manifest(tmp_path, [entry])
+    (summary,) = analyze_results(run, engine="numpy").summaries
+    assert summary.window_end_ns == 50 * MS and summary.received == 50
+    (reason,) = summary.invalid_reasons
+    assert reason.kind is InvalidKind.INTERRUPTED
+    assert reason.message == (
+        "the run was stopped during the cell (interrupted by SIGINT (Ctrl-C)): "
+        "0.05 s measured of the planned 0.1 s"
+    )
+    shown = validity_text(summary)
+    assert "INVALID" in shown and "interrupted" in shown and "ok" not in shown
+    assert "§" in build_report([run], "md").text
+    with pytest.raises(InvalidCellsError, match=r"invalid in the baseline run \(interrupted\)"):
+        compare_runs(run, run)
