@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.base import BrokerSecurity, RunningBroker, StartRequest
 from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.endpoint import Endpoint
 
@@ -76,7 +76,13 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeBr
     started: list[RunningBroker] = []
     base = tmp_path_factory.mktemp("module-brokers")
 
-    def start(target: str, *, startup_timeout_s: float = 30.0, **options: Any) -> RunningBroker:
+    def start(
+        target: str,
+        *,
+        startup_timeout_s: float = 30.0,
+        security: BrokerSecurity | None = None,
+        **options: Any,
+    ) -> RunningBroker:
         spec = runtime.spec_for(target)
         if spec.find_binary() is None:
             pytest.skip(spec.missing_reason())
@@ -86,6 +92,7 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeBr
                 workdir=base / f"broker-{target}-{len(started)}",
                 options=options,
                 startup_timeout_s=startup_timeout_s,
+                security=security,
             )
         )
         started.append(broker)

@@ -12,10 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from loops import LOOPS, run
 
-from mqbench.brokers.base import RunningBroker
+from mqbench.brokers.base import BrokerSecurity, RunningBroker
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.records.format import pack_header, unpack_header
+from mqbench.scenario.security import Secret
 from mqbench.transports.base import ClientOptions
 from mqbench.transports.events import ClientEvent, Connected, Disconnected, PublishUnreceived
 from mqbench.transports.redis import RedisClient, RedisTransport
@@ -34,9 +35,13 @@ def redis_broker(module_broker: NativeBrokerFactory) -> RunningBroker:
 
 
 @pytest.fixture(scope="module")
-def redis_with_password(module_broker: NativeBrokerFactory) -> RunningBroker:
-    """A redis-server that requires ``PASSWORD``."""
-    return module_broker("redis", password=PASSWORD)
+def redis_with_password(
+    module_broker: NativeBrokerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> RunningBroker:
+    """A redis-server that requires ``PASSWORD`` (its ``password`` option, a secret: the
+    ``requirepass`` line goes into a private folder, as in a run)."""
+    private = BrokerSecurity(private_dir=tmp_path_factory.mktemp("redis-private"))
+    return module_broker("redis", security=private, password=Secret(PASSWORD, "test"))
 
 
 def make_client(

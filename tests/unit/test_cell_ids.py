@@ -24,11 +24,13 @@ def _scenario(options: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_variants_differing_only_in_a_secret_are_refused_with_a_hint_to_label_them() -> None:
     with pytest.raises(ScenarioError) as caught:
-        validate_scenario(_scenario([{"password": "aaa"}, {"password": "bbb"}]), "s.yaml")
+        validate_scenario(
+            _scenario([{"password_env": "PW_AAA"}, {"password_env": "PW_BBB"}]), "s.yaml"
+        )
     message = str(caught.value)
     assert "broker.options" in message and "entries 1 and 2" in message
     assert "no label" in message and "'label'" in message
-    assert "aaa" not in message and "bbb" not in message
+    assert "PW_AAA" not in message and "PW_BBB" not in message
 
 
 def test_variants_whose_values_join_to_one_label_are_refused() -> None:
@@ -38,13 +40,18 @@ def test_variants_whose_values_join_to_one_label_are_refused() -> None:
 
 def test_labelled_secret_variants_get_distinct_ids_without_the_secret() -> None:
     scenario = validate_scenario(
-        _scenario([{"label": "weak", "password": "aaa"}, {"label": "strong", "password": "bbb"}]),
+        _scenario(
+            [
+                {"label": "weak", "password_env": "PW_AAA"},
+                {"label": "strong", "password_file": "/run/pw_bbb"},
+            ]
+        ),
         "s.yaml",
     )
     ids = [cell.id for cell in expand(scenario)]
     assert len(set(ids)) == 2
     assert ids[0].endswith("-weak") and ids[1].endswith("-strong")
-    assert not any("aaa" in i or "bbb" in i for i in ids)
+    assert not any("PW_AAA" in i or "pw_bbb" in i for i in ids)
 
 
 def test_the_label_joins_non_secret_values_in_name_order() -> None:
