@@ -274,8 +274,8 @@ def test_intact_record_files_leave_a_cell_valid(tmp_path: Path) -> None:
 def test_an_interrupted_cell_is_never_shown_as_ok_by_analyze_report_or_compare(
     tmp_path: Path,
 ) -> None:
-    from mqbench.analysis.compare import InvalidCellsError, compare_runs
-    from mqbench.cli.tables import validity_text
+    from mqbench.analysis.compare import compare_runs
+    from mqbench.cli.tables import mark_reasons
     from mqbench.report.build import build_report
 
     entry = make_cell(
@@ -296,8 +296,9 @@ def test_an_interrupted_cell_is_never_shown_as_ok_by_analyze_report_or_compare(
         "the run was stopped during the cell (interrupted by SIGINT (Ctrl-C)): "
         "0.05 s measured of the planned 0.1 s"
     )
-    shown = validity_text(summary)
-    assert "INVALID" in shown and "interrupted" in shown and "ok" not in shown
+    shown = [text for _, text in mark_reasons(summary)]
+    assert shown == [f"invalid (interrupted): {reason.message}"]
     assert "§" in build_report([run], "md").text
-    with pytest.raises(InvalidCellsError, match=r"invalid in the baseline run \(interrupted\)"):
-        compare_runs(run, run)
+    refused = compare_runs(run, run)
+    assert [p.kind for p in refused.problems][:1] == ["invalid_cells"]
+    assert "invalid in the baseline run (interrupted)" in refused.problems[0].message

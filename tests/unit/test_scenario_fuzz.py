@@ -5,9 +5,10 @@ Every example goes through what ``mqbench scenario validate`` does (read, parse,
 expand, the load pre-flight) and must either pass or raise a ``MqbenchError`` whose message
 is one line, while the memory it allocates stays under ``MAX_PEAK_BYTES`` (tracemalloc) —
 alias bombs included. The unit suite runs a few hundred examples per strategy; the long
-mode runs ``MQBENCH_FUZZ_EXAMPLES`` (e.g. 10000) per strategy on demand::
+mode runs ``MQBENCH_FUZZ_EXAMPLES`` (e.g. 10000) per strategy on demand, without the
+suite's per-test timeout (about an hour on a loaded 2-core machine)::
 
-    MQBENCH_FUZZ_EXAMPLES=10000 .venv/bin/pytest tests/unit/test_scenario_fuzz.py
+    MQBENCH_FUZZ_EXAMPLES=10000 .venv/bin/pytest tests/unit/test_scenario_fuzz.py --timeout=0
 """
 
 from __future__ import annotations
