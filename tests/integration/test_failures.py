@@ -216,7 +216,10 @@ def test_timeout_command_leaves_an_interrupted_manifest_and_records_on_disk(
     tmp_path: Path, no_leftovers: list[subprocess.Popen[str]]
 ) -> None:
     out = tmp_path / "results"
-    proc = start_run(write_scenario(tmp_path, "nats", duration="60s"), out, prefix=("timeout", "6"))
+    # timeout's SIGTERM must come after the first sends: mqbench's start-up (imports, the
+    # broker, 20 clients) alone takes about 7 s on a loaded 2-core machine, so 6 s was flaky
+    scenario = write_scenario(tmp_path, "nats", duration="60s")
+    proc = start_run(scenario, out, prefix=("timeout", "20"))
     no_leftovers.append(proc)
     cell_dir = wait_for_sends(out, proc)
     children = descendants(proc.pid)
