@@ -116,6 +116,9 @@ def build_spark_session(master: str | None = None, conf: dict[str, str] | None =
             f"cannot start Spark ({type(exc).__name__}: {exc}){detail} (log: {log_path})"
         ) from None
     session.sparkContext.setLogLevel("ERROR")
+    # The start-up log only serves the error above; every analysis would otherwise leave
+    # one file per process in the temporary folder.
+    log_path.unlink(missing_ok=True)
     return session
 
 

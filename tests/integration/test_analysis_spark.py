@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,13 @@ def spark() -> Iterator[Any]:
 
     with spark_session("local[2]") as session:
         yield session
+
+
+def test_a_started_spark_session_leaves_no_start_up_log_in_the_temporary_folder(
+    spark: Any,
+) -> None:
+    assert spark.sparkContext is not None
+    assert not (Path(tempfile.gettempdir()) / f"mqbench-spark-{os.getpid()}.log").exists()
 
 
 def test_spark_summaries_equal_the_numpy_reference_field_by_field(
