@@ -207,6 +207,12 @@ def load_yaml(text: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise YamlRefused(f"malformed YAML{where}: {problem}") from None
+    except (ValueError, OverflowError) as exc:
+        # PyYAML lets some malformed text through as plain Python errors instead of a
+        # YAMLError: a "\U" escape past U+10FFFF fails in chr(), an impossible date in
+        # date(). Found by the 10,000-example fuzz run.
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise YamlRefused(f"malformed YAML: a value that cannot be read ({detail})") from None
     finally:
         if loader is not None:
             loader.dispose()

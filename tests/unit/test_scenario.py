@@ -95,6 +95,25 @@ def test_bad_values_are_rejected_naming_key_and_value(
         load_scenario(path)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"\\UAAAAAAAA"',  # past U+10FFFF: PyYAML's chr() raises OverflowError
+        '"\\U00110000"',  # one past U+10FFFF: ValueError
+        "2020-13-45",  # an impossible date: ValueError from the timestamp constructor
+    ],
+)
+def test_yaml_that_pyyaml_fails_on_with_a_python_error_is_one_malformed_yaml_line(
+    tmp_path: Path, value: str
+) -> None:
+    path = write(tmp_path, f"name: m\ntargets: [nats]\nlabel: {value}\n")
+    with pytest.raises(
+        ScenarioError, match=r"malformed YAML: a value that cannot be read \("
+    ) as refused:
+        load_scenario(path)
+    assert "\n" not in str(refused.value)
+
+
 def test_malformed_yaml_reports_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "name: m\ntargets: [nats\n")
     with pytest.raises(ScenarioError, match=r"malformed YAML at line \d+, column \d+"):
