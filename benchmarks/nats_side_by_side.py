@@ -40,6 +40,12 @@ NATSCLI = "github.com/nats-io/natscli/nats@v0.5.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mqbench"
 
 
+def _bench_argv(cli: str, role: str, server: str, msgs: int, size: int) -> list[str]:
+    """``nats bench pub|sub`` with one client on the side-by-side subject."""
+    return [cli, "bench", role, "bench.side", "--server", server, "--msgs", str(msgs),
+            "--size", f"{size}B", "--clients", "1", "--no-progress"]  # fmt: skip
+
+
 def nats_cli() -> Path:
     """The ``nats`` CLI, built once from the Go module proxy."""
     binary = CACHE / "natscli-0.5.0" / "nats"
@@ -83,42 +89,14 @@ def nats_bench(port: int, msgs: int, size: int) -> float:
     server = f"nats://127.0.0.1:{port}"
     cli = str(nats_cli())
     sub = subprocess.Popen(
-        [
-            cli,
-            "bench",
-            "sub",
-            "bench.side",
-            "--server",
-            server,
-            "--msgs",
-            str(msgs),
-            "--size",
-            f"{size}B",
-            "--clients",
-            "1",
-            "--no-progress",
-        ],
+        _bench_argv(cli, "sub", server, msgs, size),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     time.sleep(1.0)  # subscribed before the publisher starts
     subprocess.run(
-        [
-            cli,
-            "bench",
-            "pub",
-            "bench.side",
-            "--server",
-            server,
-            "--msgs",
-            str(msgs),
-            "--size",
-            f"{size}B",
-            "--clients",
-            "1",
-            "--no-progress",
-        ],
+        _bench_argv(cli, "pub", server, msgs, size),
         check=True,
         capture_output=True,
         timeout=120,

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from mqbench.calibration.ceiling import judge
+from mqbench.calibration.ceiling import judge_figures
 from mqbench.calibration.measure import CellRequest, run_cell
 from mqbench.calibration.model import CeilingBounds, CellFigures
 from mqbench.calibration.relay_process import RelayProcess
@@ -71,15 +71,7 @@ def request(
 def row(rate: float, setup: str, figures: CellFigures, bounds: CeilingBounds) -> str:
     """One printed line: send lag, worker and relay CPU, the ceiling step's verdict."""
     f = figures
-    reasons = judge(
-        lag_p99_us=f.send_lag_p99_us,
-        worker_cpu_fraction=f.worker_cpu_fraction,
-        generator_saturated=f.generator_saturated,
-        generator_reason=f.generator_reason,
-        lost=f.lost,
-        received=f.received,
-        bounds=bounds,
-    )
+    reasons = judge_figures(f, bounds)
     lag = f"{f.send_lag_p50_us or 0:.0f}/{f.send_lag_p99_us or 0:.0f}"
     cpu = f"{100 * f.worker_cpu_fraction:.0f} %" if f.worker_cpu_fraction else "-"
     peer = f"{f.peer_cpu_cores:.2f}" if f.peer_cpu_cores is not None else "-"

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mqbench.calibration.model import CeilingBounds, CeilingStep, LimitedBy
+from mqbench.calibration.model import CeilingBounds, CeilingStep, CellFigures, LimitedBy
 
 MeasureFn = Callable[[float], CeilingStep]
 """Run one step at an offered rate (msg/s for the worker) and judge it."""
@@ -50,6 +50,19 @@ class SearchOutcome:
     ceiling: float | None
     limited_by: LimitedBy
     steps: list[CeilingStep] = field(default_factory=list)
+
+
+def judge_figures(figures: CellFigures, bounds: CeilingBounds) -> list[str]:
+    """:func:`judge` of one measured cell's figures."""
+    return judge(
+        lag_p99_us=figures.send_lag_p99_us,
+        worker_cpu_fraction=figures.worker_cpu_fraction,
+        generator_saturated=figures.generator_saturated,
+        generator_reason=figures.generator_reason,
+        lost=figures.lost,
+        received=figures.received,
+        bounds=bounds,
+    )
 
 
 def judge(

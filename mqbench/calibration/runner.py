@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mqbench.brokers.registry import get_target
-from mqbench.calibration.ceiling import SearchOutcome, SearchPlan, judge, search_ceiling
+from mqbench.calibration.ceiling import SearchOutcome, SearchPlan, judge_figures, search_ceiling
 from mqbench.calibration.measure import CellOutcome, CellRequest, run_cell
 from mqbench.calibration.model import (
     BrokerResult,
@@ -228,15 +228,7 @@ class _Calibrator:
                 step = CeilingStep(offered_msg_s=rate, passed=False, reasons=reasons)
             else:
                 f = outcome.figures
-                reasons = judge(
-                    lag_p99_us=f.send_lag_p99_us,
-                    worker_cpu_fraction=f.worker_cpu_fraction,
-                    generator_saturated=f.generator_saturated,
-                    generator_reason=f.generator_reason,
-                    lost=f.lost,
-                    received=f.received,
-                    bounds=bounds,
-                )
+                reasons = judge_figures(f, bounds)
                 step = CeilingStep(
                     offered_msg_s=rate, passed=not reasons, reasons=reasons, figures=f
                 )
