@@ -39,27 +39,14 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.analysis.summary import CellSummary
 from mqbench.brokers.runtime.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
-from mqbench.records.hadoop_fs import RemoteRoot
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
-from mqbench.workload.coordinator import Progress
+from mqbench.workload.reporter import SilentReporter
 from mqbench.workload.run import run_scenario
 
 
-class QuietReporter:
-    """Prints a line only when a cell does not complete."""
-
-    def run_started(self, result_dir: Path | RemoteRoot, cells: list[Cell]) -> None:
-        pass
-
-    def cell_started(self, cell: Cell) -> None:
-        pass
-
-    def phase(self, cell: Cell, text: str) -> None:
-        pass
-
-    def progress(self, cell: Cell, progress: Progress) -> None:
-        pass
+class QuietReporter(SilentReporter):
+    """Prints a line only when a cell does not complete or its broker exits."""
 
     def cell_finished(self, cell: Cell, status: str, detail: CellEntry) -> None:
         if status != "completed":
