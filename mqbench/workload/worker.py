@@ -31,6 +31,7 @@ from mqbench.process import lifeline
 from mqbench.records.events import Event, EventKind
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
+from mqbench.transports.base import Transport
 from mqbench.transports.registry import get_transport
 from mqbench.workload.client_pool import ClientPool
 from mqbench.workload.compiled import CompiledPublishing
@@ -67,9 +68,24 @@ class Worker:
         self.plan = plan
         self.conn = conn
         cell_dir = Path(plan.cell_dir)
-        self.deliveries = RecordWriter(cell_dir / f"deliveries-{plan.worker}.bin")
-        self.sends = RecordWriter(cell_dir / f"sends-{plan.worker}.bin")
-        transport = get_transport(plan.transport)
+        # A worker that cannot start (a second file it cannot create, an unknown client)
+        # closes the record files it already opened: its caller only sees the error.
+        with contextlib.ExitStack() as opened:
+            self.deliveries = opened.enter_context(
+                RecordWriter(cell_dir / f"deliveries-{plan.worker}.bin")
+            )
+            self.sends = opened.enter_context(RecordWriter(cell_dir / f"sends-{plan.worker}.bin"))
+            self._wire(get_transport(plan.transport))
+            opened.pop_all()
+        self._start: asyncio.Future[int] | None = None
+        self._stop: asyncio.Event | None = None
+        self._fast_stop = False
+        self.failure: RecordWriteFailed | None = None
+        self.parent_pid = os.getppid()
+
+    def _wire(self, transport: Transport) -> None:
+        """The connections, the schedule and the reports around the two record files."""
+        plan = self.plan
         self.pool = ClientPool(plan, transport, self.deliveries, self._event)
         self.publishing: Publishing | CompiledPublishing
         compiled = transport.capabilities.compiled
@@ -79,11 +95,6 @@ class Worker:
         else:
             self.publishing = Publishing(plan, self.sends)
         self.report = WorkerReport(plan, self.pool, self.publishing, (self.deliveries, self.sends))
-        self._start: asyncio.Future[int] | None = None
-        self._stop: asyncio.Event | None = None
-        self._fast_stop = False
-        self.failure: RecordWriteFailed | None = None
-        self.parent_pid = os.getppid()
 
     def stats(self) -> WorkerStats:
         """The worker's counters now (cumulative)."""

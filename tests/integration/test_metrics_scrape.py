@@ -7,6 +7,7 @@ config and data folder on a free loopback port and stops it by its PID.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
@@ -188,9 +189,10 @@ def test_the_hdrhistogram_interval_log_of_the_run_reads_back(
     reader = HistogramLogReader(str(folder / HDR_LOG), HdrHistogram(1, 10**12, 3))
     total = HdrHistogram(1, 10**12, 3)
     intervals = 0
-    while (h := reader.get_next_interval_histogram()) is not None:
-        total.add(h)
-        intervals += 1
+    with contextlib.closing(reader):
+        while (h := reader.get_next_interval_histogram()) is not None:
+            total.add(h)
+            intervals += 1
     rows = read_series(folder)
     assert intervals == len(rows) == 6
     assert total.get_total_count() == summary.deliveries_in_window

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -76,14 +77,14 @@ def test_the_driver_copy_of_a_closed_file_is_the_file_and_passes_the_checks(
 
 def test_a_sidecar_never_counts_records_the_copy_does_not_hold(tmp_path: Path) -> None:
     staging, cell = _folders(tmp_path)
-    writer = RecordWriter(staging / "sends-0.bin", block_records=4)
-    for seq in range(10):
-        writer.append(seq, 0, 0, 0, seq)
-    writer.checkpoint(1)
-    for seq in range(10, 14):
-        writer.append(seq, 0, 0, 0, seq)  # 4 more written as a full block, count says 10
-    reader, sink = StagingReader(staging), RecordSink(cell, 0)
-    items = reader.new()
+    with RecordWriter(staging / "sends-0.bin", block_records=4) as writer:
+        for seq in range(10):
+            writer.append(seq, 0, 0, 0, seq)
+        writer.checkpoint(1)
+        for seq in range(10, 14):
+            writer.append(seq, 0, 0, 0, seq)  # 4 more written as a full block, count says 10
+        reader, sink = StagingReader(staging), RecordSink(cell, 0)
+        items = reader.new()
     assert isinstance(items[-1], RecordCount) and items[-1].records == 10
     _deliver(items, sink)
     sink.close()  # the task died here: its copy is unclosed but intact up to the count
@@ -119,10 +120,10 @@ def test_the_sink_refuses_what_does_not_belong_where_it_says(tmp_path: Path, ite
 
 def test_a_torn_chunk_is_refused(tmp_path: Path) -> None:
     _, cell = _folders(tmp_path)
-    sink = RecordSink(cell, 0)
-    sink.accept(RecordChunk("sends-0.bin", 0, b""))
-    with pytest.raises(ResultsWriteError):
-        sink.accept(RecordChunk("sends-0.bin", 0, bytes(25)))
+    with contextlib.closing(RecordSink(cell, 0)) as sink:
+        sink.accept(RecordChunk("sends-0.bin", 0, b""))
+        with pytest.raises(ResultsWriteError):
+            sink.accept(RecordChunk("sends-0.bin", 0, bytes(25)))
 
 
 def test_the_shipper_sends_on_its_own_thread_and_ships_the_rest_when_finished(

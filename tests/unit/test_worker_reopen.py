@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,9 +80,9 @@ class ReopenTransport:
         return client
 
 
-def make_worker(tmp_path: Path) -> Worker:
+def make_plan(tmp_path: Path) -> WorkerPlan:
     spec = PubSpec(0, "p0", "t/0")
-    plan = WorkerPlan(
+    return WorkerPlan(
         worker=0,
         cell_dir=str(tmp_path),
         transport="test_worker_reopen:ReopenTransport",
@@ -97,12 +99,29 @@ def make_worker(tmp_path: Path) -> Worker:
         spin_ns=0,
         late_threshold_ns=1,
     )
-    parent, child = multiprocessing.Pipe()
-    parent.close()
-    return Worker(plan, child)
 
 
-def test_a_client_that_cannot_connect_again_is_replaced_by_a_new_one(tmp_path: Path) -> None:
+@pytest.fixture
+def make_worker() -> Iterator[Callable[[Path], Worker]]:
+    """Workers that are never run: their record files are closed after the test."""
+    made: list[Worker] = []
+
+    def make(tmp_path: Path) -> Worker:
+        parent, child = multiprocessing.Pipe()
+        parent.close()
+        made.append(Worker(make_plan(tmp_path), child))
+        return made[-1]
+
+    yield make
+    for worker in made:
+        worker.deliveries.close()
+        worker.sends.close()
+        worker.conn.close()
+
+
+def test_a_client_that_cannot_connect_again_is_replaced_by_a_new_one(
+    tmp_path: Path, make_worker: Callable[[Path], Worker]
+) -> None:
     worker = make_worker(tmp_path)
     used = ReopenClient(TransportError("x", TransportErrorKind.NOT_REUSABLE))
     CREATED.clear()
@@ -115,7 +134,7 @@ def test_a_client_that_cannot_connect_again_is_replaced_by_a_new_one(tmp_path: P
     "kind", [TransportErrorKind.UNSUPPORTED, TransportErrorKind.CONNECT_FAILED]
 )
 def test_other_failures_propagate_even_when_their_text_says_once(
-    tmp_path: Path, kind: TransportErrorKind
+    tmp_path: Path, kind: TransportErrorKind, make_worker: Callable[[Path], Worker]
 ) -> None:
     worker = make_worker(tmp_path)
     failure = TransportError("the nats client is at-most-once: QoS 1 was already used once", kind)
@@ -129,8 +148,7 @@ def test_other_failures_propagate_even_when_their_text_says_once(
 def test_a_worker_that_cannot_open_its_record_folder_says_why_instead_of_vanishing(
     tmp_path: Path,
 ) -> None:
-    worker = make_worker(tmp_path)
-    plan = replace(worker.plan, cell_dir=str(tmp_path / "missing" / "cell"))
+    plan = replace(make_plan(tmp_path), cell_dir=str(tmp_path / "missing" / "cell"))
     parent, child = multiprocessing.Pipe()
     assert run_worker(plan, child) is None
     reply = parent.recv()
@@ -138,3 +156,23 @@ def test_a_worker_that_cannot_open_its_record_folder_says_why_instead_of_vanishi
     message = reply.message
     assert message.startswith("worker 0 could not start: FileNotFoundError")
     assert str(tmp_path / "missing" / "cell") in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"transport": "test_worker_reopen:NoSuchTransport"},
+        {"worker": 7},  # its sends file already exists: the second file cannot be created
+    ],
+)
+def test_a_worker_that_cannot_start_closes_the_record_files_it_opened(
+    tmp_path: Path, broken: dict[str, object]
+) -> None:
+    (tmp_path / "sends-7.bin").touch()
+    plan = replace(make_plan(tmp_path), **broken)  # type: ignore[arg-type]
+    parent, child = multiprocessing.Pipe()
+    assert run_worker(plan, child) is None
+    assert isinstance(parent.recv(), Failed)
+    parent.close()
+    gc.collect()  # an unclosed file is reported (an error in this suite) when collected
+    assert (tmp_path / f"deliveries-{plan.worker}.bin").exists()
