@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -11,7 +10,7 @@ from mqbench.analysis.aggregate import CellAggregate
 from mqbench.analysis.faults import write_fault_metrics
 from mqbench.analysis.kernel import APPROX_BITS
 from mqbench.analysis.numpy_ref import aggregate_cell_numpy, analyze_cell_numpy
-from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, manifest_cell, plan_cell
+from mqbench.analysis.plan import DEFAULT_CHUNK_RECORDS, CellPlan, plan_cell
 from mqbench.analysis.progress import ProgressFn, ProgressTracker
 from mqbench.analysis.repeats import aggregate_repeats, write_summary_agg_parquet
 from mqbench.analysis.series import write_cell_series
@@ -33,10 +32,10 @@ from mqbench.records.run_manifest import (
 )
 
 
-def is_analysable(cell: CellEntry | Mapping[str, Any]) -> bool:
+def is_analysable(entry: CellEntry) -> bool:
     """Completed, or interrupted after publishing began (a cell stopped before its first
     message has no schedule and nothing to analyse)."""
-    return manifest_cell(cell).analysable
+    return entry.analysable
 
 
 __all__ = [

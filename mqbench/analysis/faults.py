@@ -89,7 +89,8 @@ def _inside(t: np.ndarray, windows: list[tuple[int, int]]) -> np.ndarray:
 
 
 def fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
-    """Metrics of a fault run, or None when the cell injected no faults."""
+    """Metrics of a fault run, or None when the cell injected no faults (``cell`` may be
+    the entry's stored JSON form, read into a ``CellEntry`` here)."""
     events = read_events(folder)
     windows = fault_windows(events)
     reconnects = [e.details for e in events if e.kind is EventKind.CLIENT_RECONNECTED]
@@ -168,9 +169,9 @@ def fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str
     }
 
 
-def write_fault_metrics(cell: CellEntry | Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
+def write_fault_metrics(entry: CellEntry, folder: Path) -> dict[str, Any] | None:
     """Compute and write ``faults.json`` (nothing when the cell had no faults)."""
-    metrics = fault_metrics(cell, folder)
+    metrics = fault_metrics(entry, folder)
     if metrics is not None:
         (folder / FAULTS_JSON).write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics

@@ -16,7 +16,7 @@ import pandas as pd
 
 from mqbench.analysis.aggregate import CellAggregate, series_length
 from mqbench.analysis.kernel import Hist, approx_decode, approx_encode, empty_hist, route_slots
-from mqbench.analysis.plan import CellPlan, plan_cell
+from mqbench.analysis.plan import CellPlan, manifest_cell, plan_cell
 from mqbench.analysis.summary import CellSummary, build_summary
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import LAT_UNIT_NS, SEND_ACK, SEND_FAILED, SEND_OK, read_records
@@ -108,6 +108,9 @@ def aggregate_cell_numpy(plan: CellPlan) -> CellAggregate:
 def analyze_cell_numpy(
     cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
 ) -> CellSummary:
-    """Summary of one manifest cell computed in this process with numpy (no Spark)."""
-    plan = plan_cell(cell, folder, approx_bits)
+    """Summary of one manifest cell computed in this process with numpy (no Spark).
+
+    ``cell`` may be the entry's stored JSON form (as a test or script reads it from
+    ``manifest.json``); it is read into a ``CellEntry`` here, at the edge."""
+    plan = plan_cell(manifest_cell(cell), folder, approx_bits)
     return build_summary(plan, aggregate_cell_numpy(plan))

@@ -249,23 +249,22 @@ def window_from_events(
 
 
 def manifest_cell(cell: CellEntry | Mapping[str, Any]) -> CellEntry:
-    """A manifest cell entry read through ``records`` (AnalysisError when malformed)."""
+    """A manifest cell entry read through ``records`` (AnalysisError when malformed): the
+    edge where a cell's stored JSON form (a manifest read by other means, an older
+    caller) becomes a ``CellEntry``; past it the analysis passes ``CellEntry`` only."""
     try:
         return as_cell_entry(cell)
     except CellEntryError as exc:
         raise AnalysisError(str(exc)) from None
 
 
-def plan_cell(
-    cell: CellEntry | Mapping[str, Any], folder: Path, approx_bits: int | None = None
-) -> CellPlan:
+def plan_cell(entry: CellEntry, folder: Path, approx_bits: int | None = None) -> CellPlan:
     """Build the plan of one manifest cell (checks record files; raises AnalysisError).
 
     The manifest's ``window`` is authoritative; without one, the window is derived from
     ``events.jsonl`` (:func:`window_from_events`). ``approx_bits`` asks for approximate
     histograms (see :func:`mqbench.analysis.kernel.approx_encode`).
     """
-    entry = manifest_cell(cell)
     cid = entry.id
     sched = entry.schedule
     if sched is None:

@@ -7,15 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import ValidationError
 
 from mqbench.analysis.api import analyze_run
 from mqbench.analysis.summary import CellSummary
 from mqbench.calibration.model import CellFigures
-from mqbench.errors import MqbenchError
+from mqbench.errors import MqbenchError, ScenarioError
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import describe_validation_error
 from mqbench.scenario.matrix import Cell
+from mqbench.scenario.model import BrokerOptions, Generator, Scenario, Workload
 from mqbench.workload.run import SilentReporter, run_scenario
 
 RELAY_VERSION = "mqbench calibration relay"
@@ -52,34 +55,39 @@ class CellOutcome:
     broker_version: str | None = None
 
 
-def scenario_data(request: CellRequest) -> dict[str, Any]:
-    """The scenario (as a scenario file would hold it) for ``request``: QoS 0, one worker."""
-    data: dict[str, Any] = {
-        "name": request.name,
-        "description": "built by mqbench calibrate",
-        "targets": [request.target],
-        "runtime": request.runtime,
-        "client": [request.client],
-        "workload": {
-            "topology": "pairs",
-            "pairs": request.pairs,
-            "rate": request.rate_per_publisher,
-            "payload": request.payload_bytes,
-            "qos": 0,
-            "warmup": request.warmup_s,
-            "duration": request.duration_s,
-            "drain": request.drain_s,
-        },
-        "generator": {"workers": 1},
-    }
+def calibration_scenario(request: CellRequest) -> Scenario:
+    """The one-cell scenario for ``request``: pairs at QoS 0, one worker; an external
+    relay's port, PID and version line (ScenarioError when the request is out of range)."""
+    broker = BrokerOptions()
     if request.runtime == "external":
-        data["broker"] = {
-            "port": request.port,
-            "pid": request.pid,
-            "startup_timeout": 10,
-            "options": [{"version": RELAY_VERSION, "label": "relay"}],
-        }
-    return data
+        broker = BrokerOptions(
+            port=request.port,
+            pid=request.pid,
+            startup_timeout=10.0,
+            options=[{"version": RELAY_VERSION, "label": "relay"}],
+        )
+    try:
+        return Scenario(
+            name=request.name,
+            description="built by mqbench calibrate",
+            targets=[request.target],
+            runtime=request.runtime,
+            client=[request.client],
+            workload=Workload(
+                topology="pairs",
+                pairs=[request.pairs],
+                rate=[request.rate_per_publisher],
+                payload=[request.payload_bytes],
+                qos=[0],
+                warmup=request.warmup_s,
+                duration=request.duration_s,
+                drain=request.drain_s,
+            ),
+            generator=Generator(workers=1),
+            broker=broker,
+        )
+    except ValidationError as exc:
+        raise ScenarioError(f"mqbench calibrate: {describe_validation_error(exc)}") from None
 
 
 class _Reporter(SilentReporter):
@@ -130,12 +138,11 @@ def run_cell(
     A cell that fails (broker not starting, no client connecting, ...) is an outcome with
     ``error`` set, not an exception; bad requests still raise ``MqbenchError``.
     """
-    data = scenario_data(request)
-    scenario = validate_scenario(data, "mqbench calibrate")
+    scenario = calibration_scenario(request)
     result = run_scenario(
         scenario,
         scenario_file="mqbench calibrate",
-        scenario_data=data,
+        scenario_data=scenario.model_dump(mode="json", exclude_unset=True),
         out_root=out_root,
         argv=["mqbench", "calibrate"],
         reporter=_Reporter(on_phase),

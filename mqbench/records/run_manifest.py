@@ -36,6 +36,7 @@ from mqbench.process.lifeline import start_time
 from mqbench.records.cell_entry import CellEntry, CellEntryError
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.results import write_json_atomic
+from mqbench.records.search_report import SearchReport
 
 RUN_MANIFEST_VERSION: Final = SCHEMA_VERSION
 """The manifest's ``schema_version`` this mqbench writes and reads."""
@@ -145,8 +146,8 @@ class Recovery:
 @dataclass(frozen=True)
 class RunManifest:
     """``manifest.json`` (docs/results.md). Mapping-valued entries are records other parts
-    own and describe (the resolved scenario, the security facts, the calibration check,
-    the saturation search's report)."""
+    own and describe (the resolved scenario, the security facts, the calibration check);
+    the saturation search's report is a ``SearchReport``."""
 
     schema_version: int = RUN_MANIFEST_VERSION
     status: RunStatus = "running"
@@ -165,7 +166,7 @@ class RunManifest:
     """The scenario as written (with ``--set`` applied), secrets redacted."""
     security: Mapping[str, Any] | None = None
     calibration: Mapping[str, Any] | None = None
-    search: Mapping[str, Any] | None = None
+    search: SearchReport | None = None
     runner: RunnerProcess | None = None
     recovered: Recovery | None = None
     cells: tuple[CellEntry, ...] = ()
@@ -211,7 +212,7 @@ class RunManifest:
             "scenario_input": self.scenario_input,
             "security": self.security,
             "calibration": self.calibration,
-            "search": self.search,
+            "search": self.search.to_dict() if self.search is not None else None,
             "runner": self.runner.to_dict() if self.runner is not None else None,
             "recovered": self.recovered.to_dict() if self.recovered is not None else None,
         }
@@ -265,7 +266,7 @@ class RunManifest:
             scenario_input=_mapping(data, "scenario_input"),
             security=_mapping(data, "security"),
             calibration=_mapping(data, "calibration"),
-            search=_mapping(data, "search"),
+            search=_search(data),
             runner=None if runner is None else RunnerProcess.from_dict(runner),
             recovered=None
             if recovered is None
@@ -289,6 +290,16 @@ def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValueError(f"{key} is not an object")
     return value
+
+
+def _search(data: Mapping[str, Any]) -> SearchReport | None:
+    value = _mapping(data, "search")
+    if value is None:
+        return None
+    try:
+        return SearchReport.from_dict(value)
+    except KeyError as exc:
+        raise ValueError(f"search lacks {exc}") from None
 
 
 def read_run_manifest(result_dir: Path) -> RunManifest:

@@ -181,7 +181,7 @@ def check_cells(scenario: Scenario, cells: Sequence[Cell]) -> None:
         ids.add(cell.id)
     cpus = os.cpu_count() or 1
     for cell in cells:
-        if scenario.generator.engine == "local":
+        if not scenario.generator.distributed:  # local processes: bounded by this machine
             worker_count(scenario.generator.workers, cell.connections, cpus)
         topology = build_topology(cell, "check", scenario.seed)
         if scenario.faults is not None:

@@ -11,12 +11,13 @@ combination, and its remaining steps are skipped. The engine never imports the a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from mqbench.errors import MqbenchError
 from mqbench.records.cell_entry import CellEntry
+from mqbench.records.search_report import BestStep, SearchLimits, SearchReport, SearchStep
 from mqbench.scenario.matrix import AXIS_FIELDS, Cell
 from mqbench.scenario.model import Search
 
@@ -62,43 +63,12 @@ Evaluate = Callable[[CellEntry, Path], StepSummary]
 ``MqbenchError`` when it cannot."""
 
 
-def combination_key(cell: Cell, axis: str) -> tuple[Any, ...]:
-    """Everything that identifies a search combination (not the axis, not the repeat)."""
-    params = cell.params()
-    for name in ("index", "repeat", "search_step", "publishers", "subscribers"):
-        params.pop(name, None)
-    params.pop(AXIS_FIELDS[axis], None)
-    return tuple(sorted((k, repr(v)) for k, v in params.items()))
-
-
-@dataclass(frozen=True)
-class SearchStep:
-    """One finished step of a search: its cell, its value on the axis, and the limits it
-    crossed (none: sustainable)."""
-
-    cell: str
-    value: float
-    crossed: tuple[str, ...]
-    throughput_msg_s: float | None
-
-    @property
-    def sustainable(self) -> bool:
-        """No limit was crossed."""
-        return not self.crossed
-
-    def to_dict(self) -> dict[str, Any]:
-        """The manifest's ``search.steps[]`` form."""
-        return {
-            "cell": self.cell,
-            "value": self.value,
-            "sustainable": self.sustainable,
-            "crossed": list(self.crossed),
-            "throughput_msg_s": self.throughput_msg_s,
-        }
-
-    def best_dict(self) -> dict[str, Any]:
-        """The manifest's ``search.highest_sustainable[]`` form (without ``stopped_by``)."""
-        return {"cell": self.cell, "value": self.value, "throughput_msg_s": self.throughput_msg_s}
+def combination_key(cell: Cell, axis: str) -> str:
+    """Everything that identifies a search combination (not the axis, not the repeat):
+    the cell with those fields set to one value, written out (its options and groups
+    hold lists, so the cell itself cannot be a key)."""
+    off_axis: dict[str, Any] = {AXIS_FIELDS[axis]: 0}
+    return repr(replace(cell, index=0, repeat=0, search_step=None, **off_axis))
 
 
 class SearchTracker:
@@ -107,11 +77,11 @@ class SearchTracker:
     def __init__(self, search: Search, evaluate: Evaluate) -> None:
         self.search = search
         self.evaluate = evaluate
-        self._stopped: dict[tuple[Any, ...], str] = {}
-        self._best: dict[tuple[Any, ...], SearchStep] = {}
+        self._stopped: dict[tuple[str, int], str] = {}
+        self._best: dict[tuple[str, int], SearchStep] = {}
         self._steps: list[SearchStep] = []
 
-    def _key(self, cell: Cell) -> tuple[Any, ...]:
+    def _key(self, cell: Cell) -> tuple[str, int]:
         return (combination_key(cell, self.search.axis), cell.repeat)
 
     def should_skip(self, cell: Cell) -> bool:
@@ -158,17 +128,17 @@ class SearchTracker:
         else:
             self._best[key] = step
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> SearchReport:
         """The search's outcome for the manifest (``search``, docs/results.md): every step
         and the best per combination."""
-        best = [
-            {**step.best_dict(), "stopped_by": self._stopped.get(key)}
-            for key, step in self._best.items()
-        ]
-        return {
-            "axis": self.search.axis,
-            "values": self.search.values,
-            "stop": self.search.stop.model_dump(mode="json"),
-            "steps": [step.to_dict() for step in self._steps],
-            "highest_sustainable": best,
-        }
+        stop = self.search.stop
+        return SearchReport(
+            axis=self.search.axis,
+            values=tuple(self.search.values),
+            stop=SearchLimits(stop.loss_pct, stop.p99_ms, stop.generator_saturated),
+            steps=tuple(self._steps),
+            highest_sustainable=tuple(
+                BestStep(step.cell, step.value, step.throughput_msg_s, self._stopped.get(key))
+                for key, step in self._best.items()
+            ),
+        )

@@ -26,6 +26,7 @@ from mqbench.analysis.repeats import (
 from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import SUMMARY_SCHEMA_VERSION, CellSummary, read_summary_json
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
 
 S = 1_000_000_000
 
@@ -49,7 +50,7 @@ def test_per_second_series_counts_deliveries_by_receive_second_within_the_window
 def test_per_second_series_is_identical_when_merged_from_chunks(tmp_path: Path) -> None:
     manifest = json.loads((rich_run(tmp_path) / "manifest.json").read_text())
     for cell in manifest["cells"]:
-        plan = plan_cell(cell, tmp_path / "cells" / cell["id"])
+        plan = plan_cell(CellEntry.from_dict(cell), tmp_path / "cells" / cell["id"])
         whole = analyze_cell_numpy(cell, tmp_path / "cells" / cell["id"]).deliveries_per_s
         (chunked,) = aggregate_cells_serial([plan], 5)
         assert chunked.per_second == whole and sum(whole) > 0
@@ -137,7 +138,7 @@ def test_approx_percentiles_are_exact_ones_rounded_down_to_8_significant_bits(
     # p50 exact = 1000 + 37*49 = 2813 (100 ns units) -> 2813 >> 4 << 4 = 2800
     assert exact.latency.p50_us == pytest.approx(281.3)
     assert approx.latency.p50_us == pytest.approx(280.0)
-    plan = plan_cell(cell, tmp_path / "cells" / "c0", 7)
+    plan = plan_cell(CellEntry.from_dict(cell), tmp_path / "cells" / "c0", 7)
     (chunked,) = aggregate_cells_serial([plan], 9)
     values, _ = chunked.hist_intended
     assert 2800 in values.tolist() and 2813 not in values.tolist()

@@ -29,6 +29,7 @@ from mqbench.analysis.plan import plan_cell
 from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import CellSummary, nearest_rank
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import SEND_ACK, SEND_FAILED
 
 
@@ -203,7 +204,7 @@ def test_generator_saturation_from_manifest_marks_cell_invalid(tmp_path: Path) -
 def test_chunked_merge_equals_whole_file_reference(tmp_path: Path) -> None:
     manifest = json.loads((rich_run(tmp_path) / "manifest.json").read_text())
     for cell in manifest["cells"]:
-        plan = plan_cell(cell, tmp_path / "cells" / cell["id"])
+        plan = plan_cell(CellEntry.from_dict(cell), tmp_path / "cells" / cell["id"])
         reference = aggregate_cell_numpy(plan)
         for chunk_records in (1, 7, 1000):
             (chunked,) = aggregate_cells_serial([plan], chunk_records)

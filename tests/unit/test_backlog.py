@@ -16,6 +16,7 @@ from mqbench.analysis import analyze_cell_numpy
 from mqbench.analysis.plan import plan_cell
 from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import build_summary
+from mqbench.records.cell_entry import CellEntry
 
 LAT_UNIT_NS = 100
 N = 100  # one publisher at 1000 msg/s: seq 0..99 in the window [0, 100 ms)
@@ -36,7 +37,7 @@ def _cell(tmp_path: Path, delivered: range, delay_ns: Any, drain_s: float = 1.0)
 def _both_engines(tmp_path: Path, cell: dict) -> tuple[Any, Any]:
     folder = tmp_path / "cells" / "c0"
     whole = analyze_cell_numpy(cell, folder)
-    plan = plan_cell(cell, folder)
+    plan = plan_cell(CellEntry.from_dict(cell), folder)
     (chunked,) = aggregate_cells_serial([plan], 7)
     return whole, build_summary(plan, chunked)
 

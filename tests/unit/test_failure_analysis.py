@@ -20,6 +20,7 @@ from mqbench.analysis.plan import plan_cell
 from mqbench.analysis.spark_job import aggregate_cells_serial
 from mqbench.analysis.summary import build_summary
 from mqbench.analysis.verdict import MAX_UNSENT_FRACTION, InvalidKind, unsent_reason
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import RECORD_SIZE, SEND_FAILED
 from mqbench.records.integrity import check_record_file, count_path, write_count
 from mqbench.records.writer import RecordWriter
@@ -144,7 +145,7 @@ def test_spark_kernels_and_numpy_agree_on_a_torn_file(tmp_path: Path) -> None:
     folder = tmp_path / "cells" / "c0"
     path = folder / "deliveries-0.bin"
     path.write_bytes(path.read_bytes()[: 50 * RECORD_SIZE + 7])
-    plan = plan_cell(cell, folder)
+    plan = plan_cell(CellEntry.from_dict(cell), folder)
     (agg,) = aggregate_cells_serial([plan], chunk_records=16)
     serial = build_summary(plan, agg)
     numpy_summary = analyze_cell_numpy(cell, folder)

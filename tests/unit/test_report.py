@@ -21,6 +21,7 @@ from mqbench.analysis.plan import plan_cell
 from mqbench.analysis.repeats import METRICS, MeanCI, RepeatAggregate, mean_ci
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import AnalysisError
+from mqbench.records.cell_entry import CellEntry
 from mqbench.report import build_report
 from mqbench.report.axes import ReportAxes
 from mqbench.report.cdf import latency_hist_from_records
@@ -179,7 +180,7 @@ def test_report_writes_png_and_pdf_figures_with_expected_axes(tmp_path: Path) ->
 def test_cdf_latencies_come_from_the_records_via_the_schedule(tmp_path: Path) -> None:
     rows = [(intended(0, s) + 2_550, (s + 1) * 10, 0, 0, s) for s in range(100)]
     cell = make_cell(tmp_path, deliveries=[records(rows)], sends=[sends_ok(1, range(100))])
-    plan = plan_cell(cell, tmp_path / "cells" / "c0")
+    plan = plan_cell(CellEntry.from_dict(cell), tmp_path / "cells" / "c0")
     values, counts = latency_hist_from_records(plan, chunk_records=7)
     # floor((2550 + 100 * (s+1) * 10) / 100) = 25 + 10 * (s + 1)
     assert values.tolist() == [25 + 10 * (s + 1) for s in range(100)]

@@ -1,5 +1,6 @@
 """Saturation search: the engine steps an axis and asks an evaluate callable, never analysis."""
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from mqbench.errors import AnalysisError, ScenarioError
 from mqbench.records.cell_entry import CellEntry, CellStatus
+from mqbench.records.run_manifest import ManifestError, RunManifest
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.workload.run import SilentReporter, run_scenario
@@ -71,13 +73,34 @@ def test_each_combination_stops_at_its_first_step_over_a_limit(tmp_path: Path) -
             continue
         tracker.observe(cell, entry_of(cell), tmp_path)
     report = tracker.report()
-    (best,) = report["highest_sustainable"]
-    assert best["value"] == 10.0 and best["cell"].startswith("nats")
-    assert best["stopped_by"] == "p99 7.0 ms > 5 ms"
-    steps = {s["cell"]: s for s in report["steps"]}
+    (best,) = report.highest_sustainable
+    assert best.value == 10.0 and best.cell.startswith("nats")
+    assert best.stopped_by == "p99 7.0 ms > 5 ms"
+    steps = {s.cell: s for s in report.steps}
     zenoh_first = next(s for c, s in steps.items() if c.startswith("zenoh"))
-    assert zenoh_first["crossed"] == ["analysis failed: no records"]
+    assert zenoh_first.crossed == ("analysis failed: no records",)
+    assert not zenoh_first.sustainable
     assert len(asked) == 3 and len(skipped) == 3  # 40 Hz of nats, 20 and 40 Hz of zenoh
+
+
+def test_the_search_report_reads_back_from_the_manifest_as_it_was_written(
+    tmp_path: Path,
+) -> None:
+    tracker, cells, _ = searched_cells()
+    for cell in cells:
+        if not tracker.should_skip(cell):
+            tracker.observe(cell, entry_of(cell), tmp_path)
+    report = tracker.report()
+    stored = json.loads(json.dumps(RunManifest(search=report).to_dict()))
+    assert stored["search"]["stop"] == {"loss_pct": 1.0, "p99_ms": 5.0, "generator_saturated": True}
+    assert stored["search"]["steps"][0]["sustainable"] is True
+    assert RunManifest.from_dict(stored).search == report
+
+
+def test_a_search_entry_without_its_axis_is_a_malformed_manifest() -> None:
+    stored = RunManifest().to_dict() | {"search": {"values": [1, 2]}}
+    with pytest.raises(ManifestError, match="search lacks 'axis'"):
+        RunManifest.from_dict(stored)
 
 
 def test_a_step_that_did_not_complete_is_not_evaluated_and_stops_its_combination(
