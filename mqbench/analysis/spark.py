@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mqbench.errors import AnalysisError
+from mqbench.process.jvm_temp import jvm_temp_dir, spark_temp_conf
 
 DEFAULT_MASTER = "local[*]"
 
@@ -48,12 +49,12 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 
 
 def _log4j_file() -> str:
-    """A log4j2 config that shows errors only (written once per process)."""
-    path = os.path.join(tempfile.gettempdir(), f"mqbench-log4j2-{os.getuid()}.properties")
-    if not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(_LOG4J)
-    return path
+    """A log4j2 config that shows errors only (written once per process, into the JVMs'
+    temporary folder, which goes when the process exits)."""
+    path = jvm_temp_dir() / "log4j2.properties"
+    if not path.exists():
+        path.write_text(_LOG4J, encoding="utf-8")
+    return str(path)
 
 
 @contextmanager
@@ -86,7 +87,8 @@ def _tail(path: Path, lines: int = 3) -> str:
 def build_spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
     """Start (or reuse) a SparkSession with quiet logging and small-machine settings.
 
-    ``spark.driver.memory`` only takes effect when this call starts the JVM.
+    ``spark.driver.memory`` only takes effect when this call starts the JVM; so does the
+    JVMs' temporary folder (``mqbench.process.jvm_temp``), removed when this process exits.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -96,13 +98,14 @@ def build_spark_session(master: str | None = None, conf: dict[str, str] | None =
         raise AnalysisError(f"PySpark is not installed ({exc})") from None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warnings.filterwarnings("ignore", message="PySpark does not yet", category=FutureWarning)
-    settings = {**DEFAULT_CONF, **(conf or {})}
+    master = master or DEFAULT_MASTER
+    settings = spark_temp_conf({**DEFAULT_CONF, **(conf or {})}, master)
     java_opts = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java_opts:
         settings["spark.driver.extraJavaOptions"] = (
             f"{java_opts} -Dlog4j2.configurationFile=file:{_log4j_file()}".strip()
         )
-    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName("mqbench-analysis")
+    builder = SparkSession.builder.master(master).appName("mqbench-analysis")
     for key, value in settings.items():
         builder = builder.config(key, value)
     log_path = Path(tempfile.gettempdir()) / f"mqbench-spark-{os.getpid()}.log"

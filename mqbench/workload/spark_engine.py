@@ -40,6 +40,7 @@ from typing import Any
 from mqbench.brokers.resources.sampler import ProcessLike, Sample
 from mqbench.endpoint import Endpoint
 from mqbench.errors import ClockError, LoadTaskLost, MqbenchError, TransportError
+from mqbench.process.jvm_temp import spark_temp_conf
 from mqbench.records.clocks import ClockOffset, GeneratorClocks, TaskClock
 from mqbench.records.transfer import RecordSink, StagingReader
 from mqbench.records.worker_stats import WorkerStats
@@ -566,6 +567,9 @@ def spark_context(master: str, conf: dict[str, str], bind_host: str) -> Any:
         "spark.pyspark.python": sys.executable,
         **conf,
     }
+    # The JVMs' temporary files (lz4-java's library, Spark's scratch folders) go to a
+    # folder of this process, removed when it exits (mqbench.process.jvm_temp).
+    settings = spark_temp_conf(settings, master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     # PySpark ships the Python of PYSPARK_PYTHON to the executors with every task: by

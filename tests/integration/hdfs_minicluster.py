@@ -70,10 +70,13 @@ class MiniHdfs:
         java = find_tool("java")
         assert java is not None
         log = (base / "minihdfs.log").open("wb")
+        # Jetty unpacks its web apps into java.io.tmpdir: into the test's folder, not /tmp.
+        (base / "tmp").mkdir(exist_ok=True)
         self.process = subprocess.Popen(
             [
                 str(java),
                 "-Xmx512m",
+                f"-Djava.io.tmpdir={base / 'tmp'}",
                 "-cp",
                 found.classpath(),
                 MINI_HDFS.launcher,
