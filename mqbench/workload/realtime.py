@@ -335,8 +335,12 @@ def hold_dma_latency(value_us: int, path: Path = DMA_LATENCY_PATH) -> str | None
     """Hold ``path`` at ``value_us`` until this process exits; None or the error."""
     try:
         handle = path.open("wb", buffering=0)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    try:
         handle.write(struct.pack("i", value_us))
     except OSError as exc:
+        handle.close()  # a value the device refused holds nothing
         return f"{path}: {exc.strerror}"
     _held.append(handle)
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,13 @@ def test_the_dma_latency_hold_writes_the_value_and_keeps_the_file_open(tmp_path:
     release_dma_latency()
     missing = hold_dma_latency(0, tmp_path / "absent" / "dev")
     assert missing is not None and "No such file" in missing
+
+
+def test_a_dma_latency_value_the_device_refuses_holds_nothing_open() -> None:
+    refused = hold_dma_latency(0, Path("/dev/full"))  # opens, and every write fails
+    assert refused is not None and "No space left" in refused
+    gc.collect()  # an unclosed handle would be reported (an error in this suite) here
+    release_dma_latency()  # nothing is held: nothing to close
 
 
 def test_applying_no_settings_changes_nothing() -> None:
