@@ -384,16 +384,19 @@ class CellRun:
         return isinstance(exc, ResultsWriteError)  # results cannot be written: stop the run
 
     def _teardown(self) -> None:
-        """Stop what the cell started; after a second signal, kill the broker, not wait."""
-        if self.events is None or self.sampler is None:
+        """Stop what the cell started, in order: the faults, the sampler, the broker, the
+        event log; each part even when an earlier one fails to stop (that error is raised
+        after). After a second signal, kill the broker, not wait."""
+        events, sampler, broker = self.events, self.sampler, self.broker
+        if events is None or sampler is None:
             return  # the folder was never opened
-        if self.faults is not None:
-            self.faults.stop(save_log_to=self.cell_dir / "proxy_events.json")
-        self.sampler.stop()
-        if self.broker is not None:
-            _stop_broker(self.broker)
-            self.events.write(EventKind.BROKER_STOPPED)
-        self.events.close()
+        with contextlib.ExitStack() as stopping:  # callbacks run last-registered first
+            stopping.callback(events.close)
+            if broker is not None:
+                stopping.callback(_stop_broker, broker, events)
+            stopping.callback(sampler.stop)
+            if self.faults is not None:
+                stopping.callback(self.faults.stop, self.cell_dir / "proxy_events.json")
 
     # -- callbacks and helpers ---------------------------------------------------------
 
@@ -499,8 +502,8 @@ def _spark_stage(
     )
 
 
-def _stop_broker(broker: RunningBroker) -> None:
-    """Stop the broker; a second signal while it stops kills it instead."""
+def _stop_broker(broker: RunningBroker, events: EventLog) -> None:
+    """Stop the broker and say so; a second signal while it stops kills it instead."""
     stop = interrupts.active()
     pids = list(broker.pids)
 
@@ -515,6 +518,7 @@ def _stop_broker(broker: RunningBroker) -> None:
     finally:
         if remove is not None:
             remove()
+    events.write(EventKind.BROKER_STOPPED)
 
 
 def _schedule(cell: Cell, start_ns: int) -> Schedule:
