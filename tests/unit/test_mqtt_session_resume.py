@@ -7,6 +7,7 @@ the exchange, so the tests see exactly which packets the client writes and when.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from mqbench.endpoint import Endpoint
@@ -34,9 +35,11 @@ class ScriptedBroker:
             asyncio.Queue()
         )
         self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
 
     async def start(self) -> Endpoint:
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.writers.append(writer)
             await self.connections.put((reader, writer))
 
         self.server = await asyncio.start_server(accept, "127.0.0.1", 0)
@@ -50,8 +53,14 @@ class ScriptedBroker:
         return reader, writer
 
     async def stop(self) -> None:
+        """Close every connection it accepted (closing the server does not), then the server."""
         assert self.server is not None
+        for writer in self.writers:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
         self.server.close()
+        await self.server.wait_closed()
 
 
 async def read_packet(reader: asyncio.StreamReader, timeout: float = 5) -> Packet:

@@ -124,6 +124,7 @@ def test_the_space_reserve_holds_its_bytes_until_released(tmp_path: Path) -> Non
 def test_the_sampler_forgets_a_dead_root_and_cuts_a_failed_row(tmp_path: Path) -> None:
     sampler = ResourceSampler(tmp_path / "r.csv", {"broker": [os.getpid()]})
     sampler.start()
+    real = None
     try:
         sampler.sample_once()
         sampler.forget(os.getpid())
@@ -140,11 +141,13 @@ def test_the_sampler_forgets_a_dead_root_and_cuts_a_failed_row(tmp_path: Path) -
             def close(self) -> None:
                 pass
 
-        sampler._file = Full()  # type: ignore[assignment]
+        real, sampler._file = sampler._file, Full()  # type: ignore[assignment]
         sampler._write_rows("1,broker,1,0.1,10\n")
         assert sampler.last_error is not None and sampler._file is None
     finally:
         sampler.stop()
+        if real is not None:
+            real.close()  # the test swapped it out: the sampler no longer owns it
     lines = (tmp_path / "r.csv").read_text().splitlines()
     assert all(len(line.split(",")) == 5 for line in lines)
 

@@ -83,5 +83,9 @@ def test_auto_picks_timerfd_where_available() -> None:
 
 
 def test_an_unknown_timer_kind_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown timer kind 'hr'"):
-        timer_factory("hr", asyncio.new_event_loop())
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(ValueError, match="unknown timer kind 'hr'"):
+            timer_factory("hr", loop)
+    finally:
+        loop.close()
