@@ -16,12 +16,21 @@ time and normal scheduling are measured side by side in one run, and once per
 Before the cells it measures the machine's wake-up floor twice: Debian's ``cyclictest``
 (rt-tests; one thread, 1 kHz, under SCHED_OTHER and SCHED_FIFO, with and without
 ``/dev/cpu_dma_latency`` held at 0) and mqbench's own probe in the worker's process model
-(``mqbench/calibration/wakeup.py``), whose figures are the floor the cells' latency
-verdicts are judged against. The last columns check issue 21's targets per row: send lag
-p99 <= 2x the wake-up p99 under the cell's policy (``lag_ok``) and headline p50 <= 1.15x
-the independent p50 + 20 µs (``p50_ok``).
+(``mqbench/calibration/wakeup.py``, the probe ``mqbench calibrate`` runs), under each
+policy the cells may run (``other``, ``fifo``, ``fifo+dma``). The probe's figures are the
+floor each cell's latency verdict is judged against, exactly as ``mqbench run`` judges a
+cell after ``mqbench calibrate`` (``--floor calibration`` takes the calibration file's
+floors instead; ``--floor none`` judges without one: every lag above 5 µs counts). The
+calibration's ceilings are passed on as ``run`` passes them (they size the real-time
+decision), and a rate written ``50%`` is that share of the calibrated ceiling of the
+target's client (msg/s per worker x ``--workers``), so the whole range of issue 21's
+targets runs in one command. The last columns check the targets per row: send lag p99 <=
+2x the wake-up p99 under the cell's policy (``lag_ok``), send lag p50 <= 10 µs
+(``lag50_ok``) and headline p50 <= 1.15x the independent p50 + 20 µs (``p50_ok``);
+``marked`` says which rule of the latency verdict marked a row (docs/calibration.md).
 
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --rates 1000,4000
+    .venv/bin/python benchmarks/latency_sweep.py --rates 100,400,1000,4000,50% --realtime off,on
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --resources 1cpu-2g
     .venv/bin/python benchmarks/latency_sweep.py --target nats --rates 100,1000,20000
     .venv/bin/python benchmarks/latency_sweep.py --target mosquitto --layout shared --timer loop
@@ -50,20 +59,33 @@ from typing import Any
 
 import numpy as np
 
+from mqbench.analysis.latency_check import judge_latency
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker, StartRequest
+from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtime.native import NativeRuntime
+from mqbench.calibration.store import default_path, load
+from mqbench.calibration.use import CalibrationCheck
 from mqbench.calibration.wakeup import probe_all
 from mqbench.errors import MqbenchError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import HEADER
-from mqbench.records.timing import WakeupFloor
+from mqbench.records.worker_stats import WorkerStats
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
+from mqbench.transports.registry import resolve_client
 from mqbench.workload.cell_timing import TimingHints
+from mqbench.workload.realtime import RealtimeSettings
 from mqbench.workload.run import SilentReporter, run_scenario
 
 WARMUP_S = 2.0
+DRAIN_S = 2.0
+CELL_OVERHEAD_S = 6.0
+"""Per cell beyond warm-up, measured window and drain: worker start-up, connects, analysis
+(for the run-time estimate printed at the start)."""
+PROBE_OVERHEAD_S = 2.0
+"""Per probed policy beyond its samples: spawning a process that imports mqbench."""
+LAG_P50_TARGET_MS = 0.010
 NATIVE_SUB_ARGS = ("-t", "mqbench/#", "-q", "0", "-F", "%U %x")
 
 
@@ -206,10 +228,65 @@ def _hist_percentiles(counts: list[int]) -> dict[str, Any]:
     return out
 
 
-def _floors(seconds: float) -> dict[str, WakeupFloor]:
-    if seconds <= 0:
-        return {}
-    return {o.policy: o.floor for o in probe_all(seconds) if o.floor is not None}
+def _probe_policies(modes: list[str]) -> tuple[RealtimeSettings | None, ...]:
+    """The policies the sweep's cells may run under: ``other``, and with real time
+    ``fifo+dma`` (``fifo`` where ``/dev/cpu_dma_latency`` cannot be held)."""
+    if all(mode == "off" for mode in modes):
+        return (None,)
+    return (None, RealtimeSettings(dma_latency_us=None), RealtimeSettings())
+
+
+def _hints(
+    args: argparse.Namespace, modes: list[str], calibrated: TimingHints, where: str
+) -> tuple[TimingHints, str]:
+    """The wake-up floors and ceilings the cells are decided and judged with, and where the
+    floors came from (one line for the header)."""
+    if args.floor == "calibration":
+        if not calibrated.wakeup:
+            raise SystemExit(f"--floor calibration: no wake-up floors in {where}")
+        return calibrated, f"wake-up floors from {where}"
+    if args.floor == "none" or args.probe <= 0:
+        return TimingHints(ceilings=calibrated.ceilings), "no wake-up floor (5 µs allowance)"
+    outcomes = probe_all(args.probe, policies=_probe_policies(modes))
+    floors = {o.policy: o.floor for o in outcomes if o.floor is not None}
+    for outcome in outcomes:
+        figures = outcome.floor.to_dict() if outcome.floor else {"reason": outcome.reason}
+        print(f"# mqbench probe {outcome.policy} {json.dumps(figures)}", flush=True)
+    return TimingHints(wakeup=floors, ceilings=calibrated.ceilings), "wake-up floors probed now"
+
+
+def parse_rates(text: str, ceiling_per_worker: float | None, workers: int) -> list[float]:
+    """``--rates``: msg/s, or ``N%`` of the calibrated ceiling of all ``workers``."""
+    rates = []
+    for token in text.split(","):
+        token = token.strip()
+        if not token.endswith("%"):
+            rates.append(float(token))
+            continue
+        if ceiling_per_worker is None:
+            raise SystemExit(
+                f"--rates {token}: no calibrated ceiling for this target's client "
+                "(run `mqbench calibrate --target TARGET` first)"
+            )
+        rates.append(float(round(float(token[:-1]) / 100 * ceiling_per_worker * workers)))
+    return rates
+
+
+def _ceiling(args: argparse.Namespace, hints: TimingHints) -> float | None:
+    if args.ceiling is not None:
+        return float(args.ceiling)
+    client = resolve_client(get_target(args.target).transport, None)
+    return hints.ceilings.get(client)
+
+
+def expected_seconds(args: argparse.Namespace, cells: int, policies: int) -> float:
+    """A rough run time: cyclictest, the probe, then every cell."""
+    from mqbench.scenario.units import parse_duration
+
+    cells_s = cells * (WARMUP_S + parse_duration(args.duration) + DRAIN_S + CELL_OVERHEAD_S)
+    probe_s = policies * (args.probe + PROBE_OVERHEAD_S) if args.floor == "probe" else 0.0
+    cyclic_s = len(CYCLICTEST_CASES) * args.cyclictest if shutil.which("cyclictest") else 0.0
+    return cyclic_s + probe_s + cells_s
 
 
 def _run_rate(
@@ -218,7 +295,7 @@ def _run_rate(
     rate: float,
     out_root: Path,
     realtime: str,
-    floors: dict[str, WakeupFloor],
+    hints: TimingHints,
     stamp: str = "kernel",
 ) -> dict[str, Any]:
     per_pub = rate / args.pairs
@@ -234,7 +311,7 @@ def _run_rate(
             "qos": 0,
             "warmup": f"{WARMUP_S}s",
             "duration": args.duration,
-            "drain": "2s",
+            "drain": f"{DRAIN_S:g}s",
         },
         "generator": {
             "workers": args.workers,
@@ -255,7 +332,7 @@ def _run_rate(
             out_root=out_root,
             argv=["benchmarks/latency_sweep.py"],
             reporter=QuietReporter(),
-            timing=TimingHints(wakeup=floors),
+            timing=hints,
         )
     except MqbenchError as exc:  # realtime on refused for this cell: say so, go on
         refused: str | None = str(exc)
@@ -278,14 +355,21 @@ def _run_rate(
     timing = cell.timing
     floor = timing.wakeup_floor if timing is not None else None
     native_p50 = _pct(native_lat, 50)
+    verdict = judge_latency(lat, lag, floor)
+    stats = WorkerStats.total(workers)
     return {
         "rate": rate,
         "realtime": realtime,
         "policy": timing.policy if timing is not None else "-",
         "stamp": timing.receive_stamp if timing is not None else "-",
+        "engine": cell.hot_path.engine if cell.hot_path is not None else "-",
+        "margin_us": stats.wake_margin_us,
+        "spin_core": stats.spin_s / (WARMUP_S + (window.end_ns - window.start_ns) / 1e9),
         "cpus": ",".join(str(c) for c in timing.worker_cpus) if timing else "-",
+        "wake_p50": floor.p50_us / 1e3 if floor else None,
         "wake_p99": floor.p99_us / 1e3 if floor else None,
         "lag_ok": _yes(lag is not None and floor is not None and lag.p99_us <= 2 * floor.p99_us),
+        "lag50_ok": _yes(lag is not None and lag.p50_us / 1e3 <= LAG_P50_TARGET_MS),
         "p50_ok": _yes(lat is not None and lat.p50_us / 1e3 <= 1.15 * native_p50 + 0.020),
         "layout": cell.params.get("layout"),
         "timer": ",".join(sorted({str(w.timer) for w in workers if w.timer})),
@@ -303,7 +387,9 @@ def _run_rate(
         "loss_pct": summary.loss_pct,
         "recv_msg_s": summary.throughput_msg_s,
         "generator": "saturated" if summary.generator_saturated else "ok",
-        "latency": getattr(summary, "latency_verdict", "n/a"),
+        "latency": summary.latency_verdict,
+        "marked": "+".join(verdict.marked_by) or "-",
+        "reason": verdict.reason,
     }
 
 
@@ -319,10 +405,20 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     return str(value)
 
 
-def main() -> None:
+COLUMNS = (
+    "rate", "realtime", "policy", "engine", "cpus", "lag_p50", "lag_p99", "wake_p50",
+    "wake_p99", "margin_us", "spin_core", "p50", "p99", "send_p50", "native_p50",
+    "native_p99", "native_n", "gen_cpu", "broker_cpu", "loss_pct", "recv_msg_s", "generator",
+    "lag_ok", "lag50_ok", "p50_ok", "latency", "marked",
+)  # fmt: skip
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", choices=("mosquitto", "nats"), default="mosquitto")
-    parser.add_argument("--rates", default="100,200,400,1000,4000,20000")
+    parser.add_argument(
+        "--rates", default="100,200,400,1000,4000,20000", help="msg/s, or N%% of the ceiling"
+    )
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--duration", default="10s")
     parser.add_argument("--workers", type=int, default=1)
@@ -332,31 +428,63 @@ def main() -> None:
     parser.add_argument("--resources", default=None, help="broker resources profile")
     parser.add_argument("--receive-stamp", default="kernel", help="kernel, user or both")
     parser.add_argument("--cyclictest", type=float, default=10.0, help="s per case; 0: skip")
-    parser.add_argument("--probe", type=float, default=3.0, help="s per policy; 0: skip")
+    parser.add_argument(
+        "--floor",
+        default="probe",
+        choices=("probe", "calibration", "none"),
+        help="the wake-up floor the verdicts use: probed now, the calibration's, or none",
+    )
+    parser.add_argument("--probe", type=float, default=3.0, help="s per probed policy")
+    parser.add_argument(
+        "--ceiling",
+        type=float,
+        default=None,
+        help="msg/s per worker for N%% rates "
+        "(default: the calibrated ceiling of the target's client)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per rate")
-    args = parser.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
+    return parser.parse_args()
+
+
+def _print_targets(rows: list[dict[str, Any]]) -> None:
+    """Issue 21's send-lag targets over the real-time rows, one line each."""
+    timed = [r for r in rows if r.get("policy") == "fifo"]
+    for key, text in (
+        ("lag_ok", "send lag p99 <= 2x wake-up p99"),
+        ("lag50_ok", "send lag p50 <= 10 µs"),
+        ("p50_ok", "headline p50 <= 1.15x independent + 20 µs"),
+    ):
+        met = [r for r in timed if r.get(key) == "yes"]
+        missed = ", ".join(f"{r['rate']:g}" for r in timed if r.get(key) != "yes") or "none"
+        print(f"# target {text} (real time): {len(met)}/{len(timed)} rows; missed at {missed}")
+
+
+def main() -> None:
+    args = _arguments()
     modes = args.realtime.split(",")
+    stamps = args.receive_stamp.split(",")
+    load_avg = os.getloadavg()[0]
+    loaded = load(default_path())
+    calibrated = CalibrationCheck(loaded).timing_hints()
+    rates = parse_rates(args.rates, _ceiling(args, calibrated), args.workers)
+    cells = len(rates) * len(modes) * len(stamps)
+    policies = len(_probe_policies(modes))
+    print(f"# expected run time ~{expected_seconds(args, cells, policies):.0f} s", flush=True)
+    for row in cyclictest(args.cyclictest):
+        print(f"# cyclictest {json.dumps(row)}", flush=True)
+    hints, floor_source = _hints(args, modes, calibrated, loaded.describe())
     print(
         f"# {args.target}, {args.pairs} pairs, 64 B, QoS 0, {args.workers} worker(s), "
         f"layout {args.layout}, timer {args.timer}, {args.duration} measured, broker "
-        f"profile {args.resources or 'none'}; load average {os.getloadavg()[0]:.2f}",
+        f"profile {args.resources or 'none'}; load average {load_avg:.2f}; rates "
+        f"{', '.join(f'{r:g}' for r in rates)} msg/s; {floor_source}",
         flush=True,
     )
-    for row in cyclictest(args.cyclictest):
-        print(f"# cyclictest {json.dumps(row)}", flush=True)
-    floors = _floors(args.probe)
-    for floor in floors.values():
-        print(f"# mqbench probe {json.dumps(floor.to_dict())}", flush=True)
-    columns = (
-        "rate", "realtime", "policy", "stamp", "cpus", "lag_p50", "lag_p99", "wake_p99", "p50",
-        "p99", "send_p50", "native_p50", "native_p99", "native_n", "gen_cpu", "broker_cpu",
-        "loss_pct", "recv_msg_s", "generator", "lag_ok", "p50_ok", "latency",
-    )  # fmt: skip
     if not args.json:
-        print("# latency in ms", flush=True)
-        print(" ".join(f"{c:>10}" for c in columns), flush=True)
+        print("# latency in ms, margin in µs, spin in cores", flush=True)
+        print(" ".join(f"{c:>10}" for c in COLUMNS), flush=True)
     options = {"resources": args.resources} if args.resources else {}
+    rows = []
     with tempfile.TemporaryDirectory(prefix="mqbench-sweep-") as tmp:
         runtime = NativeRuntime()
         broker = runtime.start(
@@ -365,16 +493,21 @@ def main() -> None:
         try:
             for rate in rates:
                 for mode in modes:
-                    for stamp in args.receive_stamp.split(","):
+                    for stamp in stamps:
                         row = _run_rate(
-                            broker, args, rate, Path(tmp) / "results", mode, floors, stamp
+                            broker, args, rate, Path(tmp) / "results", mode, hints, stamp
                         )
+                        rows.append(row)
                         if args.json:
                             print(json.dumps(row), flush=True)
                         else:
-                            print(" ".join(f"{_fmt(row.get(c)):>10}" for c in columns), flush=True)
+                            print(" ".join(f"{_fmt(row.get(c)):>10}" for c in COLUMNS), flush=True)
         finally:
             broker.stop()
+    _print_targets(rows)
+    for row in rows:
+        if row.get("reason") and not args.json:
+            print(f"# {row['rate']:g} msg/s, realtime {row['realtime']}: {row['reason']}")
 
 
 if __name__ == "__main__":
