@@ -47,6 +47,7 @@ worker (``--workers``), ``--duration`` measured after a 2 s warm-up.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -73,6 +74,7 @@ from mqbench.records.format import HEADER
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import Cell
+from mqbench.scenario.units import parse_duration
 from mqbench.transports.registry import resolve_client
 from mqbench.workload.cell_timing import TimingHints
 from mqbench.workload.realtime import RealtimeSettings
@@ -281,8 +283,6 @@ def _ceiling(args: argparse.Namespace, hints: TimingHints) -> float | None:
 
 def expected_seconds(args: argparse.Namespace, cells: int, policies: int) -> float:
     """A rough run time: cyclictest, the probe, then every cell."""
-    from mqbench.scenario.units import parse_duration
-
     cells_s = cells * (WARMUP_S + parse_duration(args.duration) + DRAIN_S + CELL_OVERHEAD_S)
     probe_s = policies * (args.probe + PROBE_OVERHEAD_S) if args.floor == "probe" else 0.0
     cyclic_s = len(CYCLICTEST_CASES) * args.cyclictest if shutil.which("cyclictest") else 0.0
@@ -297,6 +297,7 @@ def _run_rate(
     realtime: str,
     hints: TimingHints,
     stamp: str = "kernel",
+    spin_ms: float | None = None,
 ) -> dict[str, Any]:
     per_pub = rate / args.pairs
     data = {
@@ -319,7 +320,8 @@ def _run_rate(
             "timer": args.timer,
             "realtime": realtime,
             "receive_stamp": stamp,
-        },
+        }
+        | ({"spin_ms": spin_ms} if spin_ms is not None else {}),
     }
     scenario = validate_scenario(data, "benchmark")
     native = (MosquittoSub if args.target == "mosquitto" else NatsSub)(broker.endpoint.port)
@@ -360,6 +362,7 @@ def _run_rate(
     return {
         "rate": rate,
         "realtime": realtime,
+        "spin_ms": spin_ms,
         "policy": timing.policy if timing is not None else "-",
         "stamp": timing.receive_stamp if timing is not None else "-",
         "engine": cell.hot_path.engine if cell.hot_path is not None else "-",
@@ -406,7 +409,7 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
 
 
 COLUMNS = (
-    "rate", "realtime", "policy", "engine", "cpus", "lag_p50", "lag_p99", "wake_p50",
+    "rate", "realtime", "spin_ms", "policy", "engine", "cpus", "lag_p50", "lag_p99", "wake_p50",
     "wake_p99", "margin_us", "spin_core", "p50", "p99", "send_p50", "native_p50",
     "native_p99", "native_n", "gen_cpu", "broker_cpu", "loss_pct", "recv_msg_s", "generator",
     "lag_ok", "lag50_ok", "p50_ok", "latency", "marked",
@@ -442,6 +445,9 @@ def _arguments() -> argparse.Namespace:
         help="msg/s per worker for N%% rates "
         "(default: the calibrated ceiling of the target's client)",
     )
+    parser.add_argument(
+        "--spin-ms", default="", help="generator.spin_ms values to compare (default: its default)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per rate")
     return parser.parse_args()
 
@@ -463,11 +469,12 @@ def main() -> None:
     args = _arguments()
     modes = args.realtime.split(",")
     stamps = args.receive_stamp.split(",")
+    spins = [float(x) for x in args.spin_ms.split(",")] if args.spin_ms else [None]
     load_avg = os.getloadavg()[0]
     loaded = load(default_path())
     calibrated = CalibrationCheck(loaded).timing_hints()
     rates = parse_rates(args.rates, _ceiling(args, calibrated), args.workers)
-    cells = len(rates) * len(modes) * len(stamps)
+    cells = len(rates) * len(modes) * len(stamps) * len(spins)
     policies = len(_probe_policies(modes))
     print(f"# expected run time ~{expected_seconds(args, cells, policies):.0f} s", flush=True)
     for row in cyclictest(args.cyclictest):
@@ -491,17 +498,13 @@ def main() -> None:
             StartRequest(target=args.target, workdir=Path(tmp) / "broker", options=options)
         )
         try:
-            for rate in rates:
-                for mode in modes:
-                    for stamp in stamps:
-                        row = _run_rate(
-                            broker, args, rate, Path(tmp) / "results", mode, hints, stamp
-                        )
-                        rows.append(row)
-                        if args.json:
-                            print(json.dumps(row), flush=True)
-                        else:
-                            print(" ".join(f"{_fmt(row.get(c)):>10}" for c in COLUMNS), flush=True)
+            for rate, mode, stamp, spin in itertools.product(rates, modes, stamps, spins):
+                row = _run_rate(broker, args, rate, Path(tmp) / "results", mode, hints, stamp, spin)
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(" ".join(f"{_fmt(row.get(c)):>10}" for c in COLUMNS), flush=True)
         finally:
             broker.stop()
     _print_targets(rows)
