@@ -241,6 +241,7 @@ impl Engine {
             return Next::Sleep;
         }
         let mut now = sys::realtime_ns();
+        p.woke_at_step(now, &self.shared);
         let began = now;
         let mut sent = 0u32;
         loop {
@@ -533,6 +534,8 @@ struct PublishState {
     schedule: Schedule,
     margin: WakeMargin,
     armed_at: Option<i64>,
+    /// Set by a wake-up (the time the timer was armed for) until the schedule is looked at.
+    woke: Option<i64>,
     due: u64,
     late: u64,
     max_lag_ns: i64,
@@ -558,6 +561,7 @@ impl PublishState {
             schedule,
             margin,
             armed_at: None,
+            woke: None,
             due: 0,
             late: 0,
             max_lag_ns: 0,
@@ -572,8 +576,18 @@ impl PublishState {
     fn timer_fired(&mut self, shared: &Shared) {
         if let Some(armed) = self.armed_at.take() {
             self.wakeups += 1;
-            self.margin.observe(sys::realtime_ns() - armed);
+            self.woke = Some(armed);
             shared.wakeups.store(self.wakeups, Ordering::Relaxed);
+        }
+    }
+
+    /// The schedule is looked at after a wake-up: the margin learns how late that is after
+    /// the armed time. Measured here, not when the sleep returns, it covers the reads and
+    /// the bookkeeping handled between the two as well as the wake-up itself, as the
+    /// Python loop's does (its timer callback is where it looks at the schedule).
+    fn woke_at_step(&mut self, now: i64, shared: &Shared) {
+        if let Some(armed) = self.woke.take() {
+            self.margin.observe(now - armed);
             shared.margin_ns.store(self.margin.value_ns, Ordering::Relaxed);
         }
     }

@@ -68,15 +68,26 @@ impl Schedule {
         }
     }
 
-    /// The busy-wait cap: `spin_ns`, but at most 5 % of this worker's mean send period.
+    /// The busy-wait cap (`publish_loop.spin_cap_ns`): `spin_ns`, and within it the larger
+    /// of 5 % of this worker's mean send period and 50 µs, the latter only up to 20 % of it.
     pub fn spin_cap_ns(&self, spin_ns: i64) -> i64 {
-        let local_rate = self.rate * (self.last - self.first) as f64;
-        let period = if local_rate > 0.0 { 1e9 / local_rate } else { f64::INFINITY };
-        (spin_ns as f64).min(SPIN_SHARE * period) as i64
+        spin_cap_ns(spin_ns, self.rate * (self.last - self.first) as f64)
     }
 }
 
 pub const SPIN_SHARE: f64 = 0.05;
+pub const WAKE_COVER_NS: f64 = 50_000.0;
+pub const WAKE_COVER_SHARE: f64 = 0.2;
+
+/// `publish_loop.spin_cap_ns`, the same IEEE operations in the same order.
+pub fn spin_cap_ns(spin_ns: i64, local_rate: f64) -> i64 {
+    if local_rate <= 0.0 {
+        return spin_ns.max(0);
+    }
+    let period = 1e9 / local_rate;
+    let cover = (SPIN_SHARE * period).max(WAKE_COVER_NS.min(WAKE_COVER_SHARE * period));
+    ((spin_ns as f64).min(cover) as i64).max(0)
+}
 
 /// How early to arm the timer (`publish_loop.WakeMargin`): the 90th percentile of the last
 /// 64 observed overshoots, capped.
@@ -135,6 +146,21 @@ mod tests {
             s.advance();
         }
         assert_eq!(seen, vec![(1, 0), (2, 0), (1, 1), (2, 1)]);
+    }
+
+    #[test]
+    fn the_spin_cap_is_a_share_of_the_period_covering_a_real_time_wake_up() {
+        for (rate, cap) in [
+            (100.0, 500_000),
+            (1000.0, 50_000),
+            (4000.0, 50_000),
+            (10_000.0, 20_000),
+            (20_000.0, 10_000),
+        ] {
+            assert_eq!(spin_cap_ns(1_000_000, rate), cap, "{rate} msg/s");
+        }
+        assert_eq!(spin_cap_ns(30_000, 4000.0), 30_000);
+        assert_eq!(Schedule::new(0, 1000.0, 20, 0, 4, 1).spin_cap_ns(1_000_000), 50_000);
     }
 
     #[test]

@@ -213,8 +213,8 @@ class Generator(_Strict):
         ge=0,
         le=5,
         description="most the publish loop busy-waits before a due send: it arms its timer "
-        "at most this much early (adaptive, and never more than 5% of the worker's send "
-        "period, see docs/scenarios.md); 0 never spins",
+        "at most this much early (adaptive, and within a share of the worker's send period: "
+        "5%, or 50 us up to 20%, see docs/scenarios.md); 0 never spins",
     )
     timer: Literal["auto", "timerfd", "loop"] = Field(
         default="auto",

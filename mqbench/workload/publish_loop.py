@@ -129,6 +129,34 @@ class WakeMargin:
             self.value_ns = min(self.cap_ns, quantile)
 
 
+SPIN_SHARE = 0.05
+"""Busy-waiting may always take this share of the worker's mean send period."""
+WAKE_COVER_NS = 50_000
+"""Busy-waiting may take this long per send (a real-time wake-up of the 2-core VM:
+cyclictest p50 31 µs, p99 70 µs under SCHED_FIFO, docs/performance.md), within
+``WAKE_COVER_SHARE`` of the period."""
+WAKE_COVER_SHARE = 0.2
+
+
+def spin_cap_ns(spin_ns: int, local_rate: float) -> int:
+    """The most the loop busy-waits before a send, for a worker sending ``local_rate``
+    msg/s: ``spin_ns``, and within it the larger of ``SPIN_SHARE`` of the mean send period
+    and ``WAKE_COVER_NS``, the latter only up to ``WAKE_COVER_SHARE`` of the period.
+
+    A sleeping virtual CPU can take 100 µs or more to wake after milliseconds of idleness,
+    which 5 % of a long period covers; at 2,000-10,000 msg/s 5 % of the period (5-25 µs)
+    is less than even a real-time wake-up (~30 µs), whose rest would be send lag, so the
+    cap covers 50 µs there, at most a fifth of a core; above, wake-ups come hot and the
+    period itself bounds the cap. Busy-waiting is what the margin did not need, so it
+    usually costs far less than the cap (``ScheduleStats.spin_ns`` records it).
+    """
+    if local_rate <= 0:
+        return max(0, spin_ns)
+    period_ns = 1e9 / local_rate
+    cover = max(SPIN_SHARE * period_ns, min(WAKE_COVER_NS, WAKE_COVER_SHARE * period_ns))
+    return max(0, int(min(spin_ns, cover)))
+
+
 class PublishLoop:
     """Drives an ``InterleavedSchedule``: wakes at each due time, sends, records lateness.
 
@@ -144,14 +172,9 @@ class PublishLoop:
     the loop falls behind, overdue messages go out in intended order and their lateness is
     recorded.
 
-    The busy-wait cap is ``spin_ns`` but never more than ``SPIN_SHARE`` of the worker's
-    mean send period, so precision costs at most that share of a core at any rate: a
-    sleeping virtual CPU can take 100 µs or more to wake after milliseconds of idleness,
-    which only a longer margin covers at low rates, while at high rates wake-ups come hot
-    and a few microseconds suffice.
+    The busy-wait cap is :func:`spin_cap_ns`: a bounded share of the worker's mean send
+    period, so precision costs a bounded share of a core at any rate.
     """
-
-    SPIN_SHARE = 0.05
 
     def __init__(
         self,
@@ -174,8 +197,7 @@ class PublishLoop:
         self._timers = timers
         self._defer = defer
         local_rate = schedule.rate * (schedule.last - schedule.first)
-        period_ns = 1e9 / local_rate if local_rate > 0 else float("inf")
-        self._margin = WakeMargin(int(min(spin_ns, self.SPIN_SHARE * period_ns)))
+        self._margin = WakeMargin(spin_cap_ns(spin_ns, local_rate))
         self._min_sleep_ns = min_sleep_ns
         self._late_ns = late_threshold_ns
         self._batch = max(1, batch)

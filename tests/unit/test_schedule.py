@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from mqbench.records.intended import first_seq_at_or_after, intended_ns, intended_ns_array
-from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop, WakeMargin
+from mqbench.workload.publish_loop import (
+    InterleavedSchedule,
+    PublishLoop,
+    WakeMargin,
+    spin_cap_ns,
+)
 
 START = 1_800_000_000_000_000_000
 
@@ -174,15 +179,37 @@ def test_the_spin_cap_bounds_busy_waiting_and_the_rest_is_recorded_as_lag() -> N
     assert loop.stats.max_lag_ns >= 480_000
 
 
-def test_busy_waiting_never_takes_more_than_five_percent_of_the_send_period() -> None:
-    # a send every 250 us: the margin may not exceed 12.5 us however late wake-ups are
+def test_a_real_time_wake_up_is_covered_at_4000_msg_s() -> None:
+    # a send every 250 us, wake-ups 30 us late (SCHED_FIFO on the 2-core VM): 5 % of the
+    # period (12.5 us) left 17.5 us of every send as lag; the cap now covers 50 us
     schedule = InterleavedSchedule(START, 1000.0, 4, 0, 4, messages_per_publisher=100)
     fake = FakeLoop(START, wake_late_ns=30_000)
     sent, loop = run_loop(schedule, fake, spin_ns=1_000_000)
-    assert loop.stats.margin_ns == 12_500
-    assert loop.stats.spin_ns <= 400 * 12_500
+    assert 30_000 <= loop.stats.margin_ns <= 50_000
     lags = sorted(actual - intended for _, _, intended, actual in sent)
-    assert lags[len(lags) // 2] >= 17_000  # the uncovered 17.5 us shows as lag
+    assert lags[len(lags) // 2] <= 1_000
+    # what it busy-waits is the margin the wake-up did not use, not the cap
+    assert loop.stats.spin_ns <= 400 * 5_000
+
+
+@pytest.mark.parametrize(
+    ("rate", "cap_us"),
+    [(100, 500.0), (1000, 50.0), (2000, 50.0), (4000, 50.0), (10_000, 20.0), (20_000, 10.0)],
+)
+def test_busy_waiting_is_bounded_by_a_share_of_the_send_period(rate: int, cap_us: float) -> None:
+    # 5 % of the period, or 50 us where that is at most 20 % of it; never above spin_ns
+    assert spin_cap_ns(1_000_000, rate) == int(cap_us * 1000)
+    assert spin_cap_ns(30_000, rate) == min(30_000, int(cap_us * 1000))
+    assert spin_cap_ns(1_000_000, 0.0) == 1_000_000
+
+
+def test_at_20000_msg_s_the_loop_still_sleeps_between_sends() -> None:
+    schedule = InterleavedSchedule(START, 1000.0, 20, 0, 20, messages_per_publisher=50)
+    fake = FakeLoop(START, wake_late_ns=30_000)
+    _, loop = run_loop(schedule, fake, spin_ns=1_000_000)
+    # a send every 50 us: the cap is 20 % of it, so most gaps are still slept through
+    assert loop.stats.margin_ns == 10_000
+    assert loop.stats.wakeups >= 400
 
 
 def test_an_idle_loop_sleeps_on_the_timer_instead_of_busy_waiting() -> None:
