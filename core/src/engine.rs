@@ -165,6 +165,7 @@ impl Engine {
 
     /// Run until `shared.stop`: publish the schedule, receive, record.
     pub fn run(&mut self) -> std::io::Result<()> {
+        sys::clear_timer_slack(); // `hold_reads` sleeps with clock_nanosleep
         let epoll = Epoll::new()?;
         let timer = Timer::new()?;
         epoll.add(timer.fd, sys::IN, TIMER_TOKEN)?;

@@ -273,6 +273,15 @@ pub fn sleep_until_realtime(deadline_ns: i64) {
     };
 }
 
+/// Let this thread's sleeps end at their deadline: a thread under normal scheduling gets
+/// 50 µs of timer slack by default, which `clock_nanosleep` (unlike a timerfd) adds to its
+/// wake-up; real-time threads get none anyway. Best effort: an error leaves the default.
+pub fn clear_timer_slack() {
+    let (one, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+    // SAFETY: plain prctl on the calling thread; 1 ns is the smallest slack it accepts.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, one, zero, zero, zero) };
+}
+
 /// Give the CPU to another runnable thread of the same priority, if any.
 pub fn yield_cpu() {
     // SAFETY: plain syscall.
