@@ -82,10 +82,10 @@ from mqbench.workload.run import SilentReporter, run_scenario
 
 WARMUP_S = 2.0
 DRAIN_S = 2.0
-CELL_OVERHEAD_S = 6.0
+CELL_OVERHEAD_S = 8.0
 """Per cell beyond warm-up, measured window and drain: worker start-up, connects, analysis
 (for the run-time estimate printed at the start)."""
-PROBE_OVERHEAD_S = 2.0
+PROBE_OVERHEAD_S = 3.0
 """Per probed policy beyond its samples: spawning a process that imports mqbench."""
 LAG_P50_TARGET_MS = 0.010
 NATIVE_SUB_ARGS = ("-t", "mqbench/#", "-q", "0", "-F", "%U %x")
