@@ -25,6 +25,7 @@ from mqbench.brokers.definitions import (
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.java.maven import JavaDistribution
 from mqbench.brokers.runtime.native_spec import NativeSpec
+from mqbench.brokers.runtime.options import BrokerOptionsModel
 from mqbench.errors import BrokerError, ScenarioError
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "get_target",
     "maven_distributions",
     "native_specs",
+    "option_models",
     "target_names",
     "targets",
 ]
@@ -93,6 +95,20 @@ def native_specs() -> dict[str, NativeSpec]:
     """A fresh native spec for every target that has one, by spec (= target) name."""
     specs = (d.native() for d in definitions().values() if d.native is not None)
     return {spec.name: spec for spec in specs}
+
+
+def option_models(target: str | None = None) -> list[tuple[str, type[BrokerOptionsModel]]]:
+    """``(target, options model)`` of every target with a native spec, or of ``target``
+    only; ``BrokerError`` for a target whose config mqbench does not write (Docker only)."""
+    if target is None:
+        return [(name, spec.options_model) for name, spec in native_specs().items()]
+    definition = get_definition(target)
+    if definition.native is None:
+        raise BrokerError(
+            f"target {target!r} takes no broker options: mqbench writes no config for it "
+            "(it runs in Docker only; its runtime options are in docs/docker.md)"
+        )
+    return [(target, definition.native().options_model)]
 
 
 def compose_entries() -> dict[str, ComposeEntry]:

@@ -1,4 +1,5 @@
-"""``mqbench brokers up|down|status|logs|fetch|build-images``: work with a broker by hand.
+"""``mqbench brokers up|down|status|logs|fetch|build-images|options``: work with a broker by
+hand, and list the broker options each target takes.
 
 Each command parses its arguments, makes one call into ``mqbench/brokers/runtime/manage.py`` (which
 starts, records, stops and inspects the brokers) and prints the typed result.
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from mqbench.brokers.docker.image_engine import build_local_images
 from mqbench.brokers.docker.images import buildable_targets
+from mqbench.brokers.registry import option_models
 from mqbench.brokers.resources.profiles import profile_names
 from mqbench.brokers.runtime.manage import (
     broker_logs,
@@ -22,6 +24,7 @@ from mqbench.brokers.runtime.manage import (
     start_broker,
     stop_broker,
 )
+from mqbench.brokers.runtime.options import by_model, option_docs, options_markdown
 from mqbench.cli.errors import guarded
 
 console = Console(highlight=False, soft_wrap=True)
@@ -129,6 +132,37 @@ def status(
                 s.profile or "-",
             )
         console.print(table)
+
+    guarded(go)
+
+
+@brokers_app.command("options")
+def options(
+    target: Annotated[
+        str | None, typer.Argument(metavar="[TARGET]", help="Only this target.")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="A Markdown table (as in docs/brokers.md).")
+    ] = False,
+) -> None:
+    """Show the broker options (broker.options) a target takes: type, default, what it sets.
+
+    Example: mqbench brokers options nats
+    """
+
+    def go() -> None:
+        models = option_models(target)
+        if markdown:
+            console.print(options_markdown(models), markup=False, end="")
+            return
+        table = Table(show_edge=False)
+        for column in ("targets", "option", "type", "default", "what it sets"):
+            # An option and its default stay whole, to be copied into a scenario.
+            table.add_column(column, no_wrap=column in ("option", "default"))
+        for names, model in by_model(models):
+            for row in option_docs(model):
+                table.add_row(names, row.name, row.type, row.default, row.description)
+        console.print(table, markup=False)
 
     guarded(go)
 

@@ -18,24 +18,31 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.runtime.native_spec import (
     LaunchPlan,
     NativeSpec,
     first_match,
-    merged_options,
     run_for_output,
 )
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import redis_probe
 
 VERSION = "1.2.3"
-DEFAULTS: dict[str, Any] = {"banner": "fake broker"}
-"""Broker options: ``banner`` is printed to the log when the server listens."""
+
+
+class FakeOptions(BrokerOptionsModel):
+    """The fake broker's options."""
+
+    banner: str = Field("fake broker", description="printed to the log when the server listens")
 
 
 class FakeSpec(NativeSpec):
     """This file run by the current interpreter, with a JSON config in the work directory."""
 
+    options_model = FakeOptions
     name = "fake"
     executable = "python"
     install_hint = "nothing to install (tests/integration/fake_broker.py)"
@@ -53,12 +60,12 @@ class FakeSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``fake.json`` and return ``python fake_broker.py --config fake.json``."""
-        opts = merged_options("fake", DEFAULTS, options)
-        text = json.dumps({"host": host, "port": port, "banner": str(opts["banner"])}) + "\n"
+        opts = parse_options("fake", FakeOptions, options)
+        text = json.dumps({"host": host, "port": port, "banner": opts.banner}) + "\n"
         config = workdir / "fake.json"
         config.write_text(text, encoding="utf-8")
         argv = [str(binary), __file__, "--config", str(config)]
-        return LaunchPlan(argv, config, text, settings={"banner": str(opts["banner"])})
+        return LaunchPlan(argv, config, text, settings={"banner": opts.banner})
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:
         """A RESP ``PING`` answered by ``+PONG``."""

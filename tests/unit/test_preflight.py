@@ -28,6 +28,10 @@ REFUSED = {
         "name: o\ntargets: [nats]\nbroker: {options: [{bogus_option: 1}]}\n",
         "target 'nats': unknown nats option(s) bogus_option",
     ),
+    "mistyped-broker-option": (
+        "name: o\ntargets: [nats]\nbroker: {options: [{max_pending: lots}]}\n",
+        "target 'nats': nats option max_pending='lots': input should be a valid integer",
+    ),
     "group-filter-that-misses": (
         "name: g\ntargets: [mosquitto]\n" + GROUPS,
         "filter 'y/+' does not match publisher group 'a'",

@@ -29,10 +29,13 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from pydantic import Field
+
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.resources.knobs import JvmFlags
-from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, first_match, merged_options
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, first_match
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
@@ -42,17 +45,18 @@ JAVA_DIR = Path("/usr/share/java")
 MQTT_JARS = ("mqtt-client.jar", "hawtdispatch.jar", "hawtdispatch-transport.jar")
 """Jars the MQTT connector needs besides ActiveMQ's own (from ``/usr/share/java``)."""
 
-DEFAULTS: dict[str, Any] = {
-    "heap": "512m",
-    "memory_limit_mb": 256,
-    "max_connections": 20000,
-    "default_keep_alive_ms": 60000,
-    "extra_config": "",
-}
-"""Broker options this spec understands and their defaults.
 
-``extra_config`` is inserted verbatim into the ``<broker>`` element of activemq.xml.
-"""
+class ActiveMqOptions(BrokerOptionsModel):
+    """The ActiveMQ options mqbench writes into ``activemq.xml`` and the JVM's command line."""
+
+    heap: str = Field("512m", description="the JVM's -Xmx")
+    memory_limit_mb: int = Field(256, description="systemUsage memoryUsage limit, MB")
+    max_connections: int = Field(20000, description="maximumConnections of the MQTT connector")
+    default_keep_alive_ms: int = Field(
+        60000, description="keep-alive of MQTT clients that send none, ms"
+    )
+    extra_config: str = Field("", description="XML inserted into the broker element verbatim")
+
 
 LOG4J_PROPERTIES = """\
 # written by mqbench (mqbench/brokers/definitions/activemq.py)
@@ -74,7 +78,7 @@ def missing_mqtt_jars(java_dir: Path | None = None) -> list[str]:
 class ActiveMqSpec(NativeSpec):
     """ActiveMQ Classic with one MQTT connector on loopback and an in-memory store."""
 
-    option_defaults = DEFAULTS
+    options_model = ActiveMqOptions
     name = "activemq"
     executable = "activemq (/usr/share/activemq) with java and libmqtt-client-java"
     install_hint = "apt-get install activemq libmqtt-client-java"
@@ -111,7 +115,7 @@ class ActiveMqSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write the instance (conf, lib symlinks, data) and return the ``java -jar`` argv."""
-        opts = merged_options("activemq", DEFAULTS, options)
+        opts = parse_options("activemq", ActiveMqOptions, options)
         missing = missing_mqtt_jars()
         if missing:
             raise BrokerError(
@@ -127,10 +131,10 @@ class ActiveMqSpec(NativeSpec):
             if not link.exists():
                 link.symlink_to(JAVA_DIR / jar)
         uri = (
-            f"mqtt://{host}:{port}?maximumConnections={int(opts['max_connections'])}"
-            f"&transport.defaultKeepAlive={int(opts['default_keep_alive_ms'])}"
+            f"mqtt://{host}:{port}?maximumConnections={opts.max_connections}"
+            f"&transport.defaultKeepAlive={opts.default_keep_alive_ms}"
         )
-        extra = str(opts["extra_config"]).strip()
+        extra = opts.extra_config.strip()
         xml = f"""\
 <!-- written by mqbench (mqbench/brokers/definitions/activemq.py) -->
 <beans xmlns="http://www.springframework.org/schema/beans"
@@ -144,7 +148,7 @@ class ActiveMqSpec(NativeSpec):
           schedulerSupport="false" dataDirectory={quoteattr(str(data))}>
     <systemUsage>
       <systemUsage>
-        <memoryUsage><memoryUsage limit="{int(opts["memory_limit_mb"])} mb"/></memoryUsage>
+        <memoryUsage><memoryUsage limit="{opts.memory_limit_mb} mb"/></memoryUsage>
       </systemUsage>
     </systemUsage>
     <transportConnectors>
@@ -157,7 +161,7 @@ class ActiveMqSpec(NativeSpec):
         config_path = conf / "activemq.xml"
         config_path.write_text(xml, encoding="utf-8")
         (conf / "log4j.properties").write_text(LOG4J_PROPERTIES, encoding="utf-8")
-        heap = str(opts["heap"])
+        heap = opts.heap
         argv = [
             str(binary),
             "-Xms64m",
@@ -177,9 +181,9 @@ class ActiveMqSpec(NativeSpec):
         settings: dict[str, Any] = {
             "heap_min": "64m",
             "heap_max": heap,
-            "memory_limit_mb": int(opts["memory_limit_mb"]),
-            "max_connections": int(opts["max_connections"]),
-            "default_keep_alive_ms": int(opts["default_keep_alive_ms"]),
+            "memory_limit_mb": opts.memory_limit_mb,
+            "max_connections": opts.max_connections,
+            "default_keep_alive_ms": opts.default_keep_alive_ms,
             "persistent": False,
             "connectors": ["mqtt"],
             "anonymous": True,

@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from pydantic import Field
+
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.java.jvm import MavenJvmSpec, check_heap, check_well_formed
 from mqbench.brokers.java.maven import Artifact, JavaDistribution
 from mqbench.brokers.resources.knobs import JvmFlags
-from mqbench.brokers.runtime.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.runtime.native_spec import LaunchPlan
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
 
 ARTEMIS_VERSION = "2.55.0"
@@ -47,16 +50,19 @@ DISTRIBUTION = JavaDistribution(
     launcher="ArtemisLauncher",
 )
 
-DEFAULTS: dict[str, Any] = {
-    "heap": None,
-    "heap_min": None,
-    "acceptor_params": "",
-    "extra_config": "",
-}
-"""Broker options: ``heap`` (default 1g) and ``heap_min`` (default = heap, a fixed heap),
-``acceptor_params`` (``;key=value`` pairs appended to the MQTT acceptor URL) and
-``extra_config`` (XML inserted into ``<core>``)."""
 DEFAULT_HEAP = "1g"
+
+
+class ArtemisOptions(BrokerOptionsModel):
+    """The Artemis options mqbench writes into ``broker.xml`` and the JVM's command line."""
+
+    heap: str | None = Field(None, description=f"the JVM's -Xmx (null: {DEFAULT_HEAP})")
+    heap_min: str | None = Field(None, description="the JVM's -Xms (null: heap, a fixed heap)")
+    acceptor_params: str = Field(
+        "", description="';key=value' pairs appended to the MQTT acceptor URL"
+    )
+    extra_config: str = Field("", description="XML inserted into the core element verbatim")
+
 
 LOG_PROPERTIES = {
     "org.slf4j.simpleLogger.defaultLogLevel": "info",
@@ -100,7 +106,7 @@ def broker_xml(acceptor: str, data: Path, extra: str) -> str:
 class ArtemisSpec(MavenJvmSpec):
     """Embedded Artemis with one loopback MQTT acceptor, no persistence, no security."""
 
-    option_defaults = DEFAULTS
+    options_model = ArtemisOptions
     name = "artemis"
     distribution = DISTRIBUTION
 
@@ -108,14 +114,14 @@ class ArtemisSpec(MavenJvmSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``broker.xml`` and return ``java ... ArtemisLauncher broker.xml``."""
-        opts = merged_options("artemis", DEFAULTS, options)
-        heap = check_heap("artemis", "heap", opts["heap"] or DEFAULT_HEAP)
-        heap_min = check_heap("artemis", "heap_min", opts["heap_min"] or heap)
+        opts = parse_options("artemis", ArtemisOptions, options)
+        heap = check_heap("artemis", "heap", opts.heap or DEFAULT_HEAP)
+        heap_min = check_heap("artemis", "heap_min", opts.heap_min or heap)
         base = workdir.resolve()
         data = base / "data"
         data.mkdir(parents=True, exist_ok=True)
-        acceptor_params = str(opts["acceptor_params"]).strip().strip(";")
-        extra = str(opts["extra_config"]).strip()
+        acceptor_params = opts.acceptor_params.strip().strip(";")
+        extra = opts.extra_config.strip()
         acceptor = acceptor_url(host, port, acceptor_params)
         xml = broker_xml(acceptor, data, extra)
         check_well_formed("artemis", xml, extra)

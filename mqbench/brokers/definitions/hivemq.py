@@ -20,12 +20,15 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from pydantic import Field
+
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.java.jvm import MavenJvmSpec, check_heap, check_well_formed
 from mqbench.brokers.java.maven import Artifact, JavaDistribution
 from mqbench.brokers.resources.knobs import JvmFlags
-from mqbench.brokers.runtime.native_spec import LaunchPlan, merged_options
+from mqbench.brokers.runtime.native_spec import LaunchPlan
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.errors import BrokerError
 
@@ -39,19 +42,21 @@ DISTRIBUTION = JavaDistribution(
     launcher="HiveMQLauncher",
 )
 
-DEFAULTS: dict[str, Any] = {
-    "heap": None,
-    "heap_min": None,
-    "persistence": "in-memory",
-    "max_queue_size": 100000,
-    "queue_strategy": "discard",
-    "extra_config": "",
-}
-"""Broker options: ``heap`` (default 1g), ``heap_min`` (default = heap), ``persistence``
-(``in-memory`` | ``file``), ``max_queue_size`` and ``queue_strategy`` (``discard`` |
-``discard-oldest``) of each client's queue, ``extra_config`` (XML inserted into
-``<hivemq>``)."""
 DEFAULT_HEAP = "1g"
+
+
+class HiveMqOptions(BrokerOptionsModel):
+    """The HiveMQ options mqbench writes into ``config.xml`` and the JVM's command line."""
+
+    heap: str | None = Field(None, description=f"the JVM's -Xmx (null: {DEFAULT_HEAP})")
+    heap_min: str | None = Field(None, description="the JVM's -Xms (null: heap, a fixed heap)")
+    persistence: str = Field("in-memory", description="in-memory or file")
+    max_queue_size: int = Field(100000, description="messages queued per client")
+    queue_strategy: str = Field(
+        "discard", description="when a client's queue is full: discard or discard-oldest"
+    )
+    extra_config: str = Field("", description="XML inserted into the hivemq element verbatim")
+
 
 LOGBACK_XML = """\
 <!-- written by mqbench (mqbench/brokers/definitions/hivemq.py) -->
@@ -101,7 +106,7 @@ def config_xml(
 class HiveMqSpec(MavenJvmSpec):
     """Embedded HiveMQ CE with one loopback TCP listener and no phoning home."""
 
-    option_defaults = DEFAULTS
+    options_model = HiveMqOptions
     name = "hivemq"
     distribution = DISTRIBUTION
 
@@ -109,25 +114,25 @@ class HiveMqSpec(MavenJvmSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Write ``conf/config.xml`` and ``conf/logback.xml``; return the launcher argv."""
-        opts = merged_options("hivemq", DEFAULTS, options)
-        heap = check_heap("hivemq", "heap", opts["heap"] or DEFAULT_HEAP)
-        heap_min = check_heap("hivemq", "heap_min", opts["heap_min"] or heap)
-        persistence = str(opts["persistence"])
+        opts = parse_options("hivemq", HiveMqOptions, options)
+        heap = check_heap("hivemq", "heap", opts.heap or DEFAULT_HEAP)
+        heap_min = check_heap("hivemq", "heap_min", opts.heap_min or heap)
+        persistence = opts.persistence
         if persistence not in ("in-memory", "file"):
             raise BrokerError(
                 f"hivemq option persistence: {persistence!r} is not in-memory or file"
             )
-        strategy = str(opts["queue_strategy"])
+        strategy = opts.queue_strategy
         if strategy not in ("discard", "discard-oldest"):
             raise BrokerError(
                 f"hivemq option queue_strategy: {strategy!r} is not discard or discard-oldest"
             )
-        max_queue = int(opts["max_queue_size"])
+        max_queue = opts.max_queue_size
         base = workdir.resolve()
         conf, data, extensions = (base / d for d in ("conf", "data", "extensions"))
         for directory in (conf, data, extensions):
             directory.mkdir(parents=True, exist_ok=True)
-        extra = str(opts["extra_config"]).strip()
+        extra = opts.extra_config.strip()
         xml = config_xml(host, port, persistence, max_queue, strategy, extra)
         check_well_formed("hivemq", xml, extra)
         config_path = conf / "config.xml"

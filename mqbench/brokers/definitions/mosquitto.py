@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import Field
+
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
@@ -36,22 +38,25 @@ from mqbench.brokers.runtime.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
     first_match,
-    merged_options,
     run_for_output,
 )
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 
-DEFAULTS: dict[str, Any] = {
-    "max_queued_messages": 100000,
-    "max_queued_bytes": 0,
-    "max_inflight_messages": 20,
-    "max_connections": -1,
-    "persistence": False,
-    "user": None,
-    "extra_config": "",
-}
-"""Broker options this spec understands and their defaults (``user`` None: current user)."""
+
+class MosquittoOptions(BrokerOptionsModel):
+    """The mosquitto options mqbench writes into ``mosquitto.conf``."""
+
+    max_queued_messages: int = Field(
+        100000, description="QoS 1/2 messages queued per client (stock: 1000)"
+    )
+    max_queued_bytes: int = Field(0, description="bytes queued per client (0: no limit)")
+    max_inflight_messages: int = Field(20, description="QoS 1/2 messages in flight per client")
+    max_connections: int = Field(-1, description="client connections accepted (-1: no limit)")
+    persistence: bool = Field(False, description="persist to data/ in the work directory")
+    user: str | None = Field(None, description="user the broker runs as (null: current user)")
+    extra_config: str = Field("", description="mosquitto.conf lines appended verbatim")
 
 
 def password_line(username: str, password: str, iterations: int = 101) -> str:
@@ -93,7 +98,7 @@ def _current_user() -> str:
 class MosquittoSpec(ConfiguredSpec):
     """Mosquitto: config file with one loopback listener, anonymous access, no persistence."""
 
-    option_defaults = DEFAULTS
+    options_model = MosquittoOptions
     name = "mosquitto"
     executable = "mosquitto"
     install_hint = "apt-get install mosquitto"
@@ -119,8 +124,8 @@ class MosquittoSpec(ConfiguredSpec):
         """Plain: write ``mosquitto.conf`` and return ``mosquitto -c mosquitto.conf``. Secured:
         The listener with ``cafile``/``certfile``/``keyfile`` and/or a password file
         (PBKDF2-SHA512, mosquitto's ``$7$`` format) in the private directory."""
-        opts = merged_options("mosquitto", DEFAULTS, options)
-        user = str(opts["user"]) if opts["user"] else _current_user()
+        opts = parse_options("mosquitto", MosquittoOptions, options)
+        user = opts.user or _current_user()
         auth = security is not None and security.auth
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/mosquitto.py)",
@@ -136,33 +141,32 @@ class MosquittoSpec(ConfiguredSpec):
             "log_timestamp true",
             "log_timestamp_format %Y-%m-%dT%H:%M:%S",
             "set_tcp_nodelay true",
-            f"max_queued_messages {int(opts['max_queued_messages'])}",
-            f"max_queued_bytes {int(opts['max_queued_bytes'])}",
-            f"max_inflight_messages {int(opts['max_inflight_messages'])}",
-            f"max_connections {int(opts['max_connections'])}",
+            f"max_queued_messages {opts.max_queued_messages}",
+            f"max_queued_bytes {opts.max_queued_bytes}",
+            f"max_inflight_messages {opts.max_inflight_messages}",
+            f"max_connections {opts.max_connections}",
         ]
-        if opts["persistence"]:
+        if opts.persistence:
             data_dir = workdir / "data"
             data_dir.mkdir(parents=True, exist_ok=True)
             lines += ["persistence true", f"persistence_location {mounts.seen(data_dir)}/"]
         else:
             lines.append("persistence false")
-        extra = str(opts["extra_config"]).strip()
+        extra = opts.extra_config.strip()
         if extra:
             lines += ["# extra_config from the scenario", extra]
         text = "\n".join(lines) + "\n"
         config_path = workdir / "mosquitto.conf"
         config_path.write_text(text, encoding="utf-8")
-        settings = {
-            key: opts[key]
-            for key in (
+        settings = opts.model_dump(
+            include={
                 "max_queued_messages",
                 "max_queued_bytes",
                 "max_inflight_messages",
                 "max_connections",
                 "persistence",
-            )
-        }
+            }
+        )
         settings.update(user=user, set_tcp_nodelay=True, allow_anonymous=not auth)
         if extra:
             settings["extra_config"] = extra

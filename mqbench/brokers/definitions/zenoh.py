@@ -22,27 +22,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.runtime.mounts import NATIVE, Mounts
-from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan, merged_options
+from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan
 from mqbench.brokers.runtime.net import tcp_connect
+from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.services.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
-from mqbench.errors import BrokerError
 
-DEFAULTS: dict[str, Any] = {
-    "max_sessions": MAX_SESSIONS,
-    "extra_config": {},
-}
-"""Broker options this spec understands: ``extra_config`` maps zenoh config keys
-(e.g. ``transport/unicast/lowlatency``) to JSON values."""
+
+class ZenohOptions(BrokerOptionsModel):
+    """The zenoh router's options (passed on its command line)."""
+
+    max_sessions: int = Field(MAX_SESSIONS, description="sessions the router accepts")
+    extra_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="zenoh config keys (like transport/unicast/lowlatency) mapped to JSON values",
+    )
 
 
 class ZenohSpec(ConfiguredSpec):
     """A zenoh router in router mode on one loopback TCP endpoint."""
 
-    option_defaults = DEFAULTS
+    options_model = ZenohOptions
     name = "zenoh"
     executable = "eclipse-zenoh (python module zenoh)"
     install_hint = "pip install eclipse-zenoh"
@@ -73,16 +78,11 @@ class ZenohSpec(ConfiguredSpec):
         The effective settings are also written to ``zenoh-router.json5`` for the record.
         Secured: A ``tls/HOST:PORT`` listener with the run's server certificate (and, when
         client certificates are required, mTLS with the run's CA); users are refused."""
-        opts = merged_options("zenoh", DEFAULTS, options)
+        opts = parse_options("zenoh", ZenohOptions, options)
         tls = security.tls if security is not None else None
-        extra = opts["extra_config"]
-        if not isinstance(extra, Mapping):
-            raise BrokerError(
-                "zenoh option extra_config must map zenoh config keys to values, "
-                f"e.g. {{'transport/unicast/lowlatency': true}}; got {extra!r}"
-            )
+        extra = opts.extra_config
         listen = f"{'tls' if tls is not None else 'tcp'}/{host}:{port}"
-        settings: dict[str, Any] = router_settings(listen, int(opts["max_sessions"]))
+        settings: dict[str, Any] = router_settings(listen, opts.max_sessions)
         argv = [
             str(binary),
             "-m",
@@ -90,7 +90,7 @@ class ZenohSpec(ConfiguredSpec):
             "--listen",
             listen,
             "--max-sessions",
-            str(int(opts["max_sessions"])),
+            str(opts.max_sessions),
         ]
         secured: dict[str, Any] = {}
         if security is not None and tls is not None:

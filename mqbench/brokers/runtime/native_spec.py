@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqbench.brokers.runtime.mounts import NATIVE, Mounts
+from mqbench.brokers.runtime.options import BrokerOptionsModel, NoOptions, parse_options
 
 if TYPE_CHECKING:
     from mqbench.brokers.base import BrokerSecurity
@@ -51,8 +52,9 @@ class NativeSpec(ABC):
     """File name of the broker's executable, looked up by ``find_binary``."""
     install_hint: str
     """A command that installs the executable, shown when it is missing."""
-    option_defaults: Mapping[str, Any] = {}
-    """The broker options (``broker.options``) this spec knows, with their defaults."""
+    options_model: type[BrokerOptionsModel] = NoOptions
+    """The broker options (``broker.options``) this spec knows: their types, defaults and
+    descriptions (``options.py``)."""
     no_tls: str = "mqbench does not configure TLS for this broker"
     """Why ``prepare_secured`` cannot give this broker a TLS listener ('' when it can)."""
     no_auth: str = "mqbench does not configure users for this broker"
@@ -116,8 +118,9 @@ class NativeSpec(ABC):
         """One protocol-level readiness probe, bounded by ``timeout_s``; never raises."""
 
     def check_options(self, options: Mapping[str, Any]) -> None:
-        """BrokerError naming an option this broker does not know (before it starts)."""
-        merged_options(self.name, self.option_defaults, options)
+        """BrokerError naming an option this broker does not know, or a value of the wrong
+        type (before it starts)."""
+        parse_options(self.name, self.options_model, options)
 
     def missing_reason(self) -> str:
         """One line saying what is missing when ``find_binary`` returns None, and the fix."""
@@ -152,22 +155,6 @@ def first_match(pattern: str, text: str, default: str = "unknown") -> str:
     """Group 1 of the first match of ``pattern`` in ``text``, or ``default``."""
     match = re.search(pattern, text)
     return match.group(1) if match else default
-
-
-def merged_options(
-    broker: str, defaults: Mapping[str, Any], options: Mapping[str, Any]
-) -> dict[str, Any]:
-    """``defaults`` overridden by ``options``; an unknown option is a BrokerError listing
-    the known ones."""
-    from mqbench.errors import BrokerError, names_in_one_line
-
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise BrokerError(
-            f"unknown {broker} option(s) {names_in_one_line(unknown)} "
-            f"(known: {', '.join(sorted(defaults))})"
-        )
-    return {**defaults, **options}
 
 
 class ConfiguredSpec(NativeSpec):
