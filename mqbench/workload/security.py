@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,41 @@ def check_security(scenario: Scenario) -> None:
             raise BrokerError(f"target {target_name!r}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class SecurityFacts:
+    """What the manifest's ``security`` entry says of a run: what was on, the user name and
+    the certificates' facts; never a secret."""
+
+    tls: bool
+    auth: bool
+    username: str | None = None
+    """The scenario's user (recorded only when ``security`` is enabled)."""
+    enabled: bool = True
+    """False: a plain run, recorded as ``tls`` and ``auth`` only."""
+    certificates: Mapping[str, Any] | None = None
+    """Generated: ``TlsMaterial.describe()``; the user's (external broker): which CA file,
+    and whether a client certificate is given. None: no TLS."""
+    client_certificate_required: bool | None = None
+    """Whether the brokers mqbench starts require client certificates (None: mqbench
+    starts no broker)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest's ``security`` entry, its keys in the order it has always had."""
+        data: dict[str, Any] = {"tls": self.tls, "auth": self.auth}
+        if not self.enabled:
+            return data
+        data["username"] = self.username
+        if self.certificates is not None:
+            data["certificates"] = dict(self.certificates)
+        if self.client_certificate_required is not None:
+            data["client_certificate_required"] = self.client_certificate_required
+        return data
+
+
+PLAIN = SecurityFacts(tls=False, auth=False, enabled=False)
+"""The facts of a run without ``security``."""
+
+
 @dataclass
 class RunSecurity:
     """What one run uses: the brokers' and the clients' settings, and where files are."""
@@ -82,11 +117,11 @@ class RunSecurity:
     broker: BrokerSecurity | None
     """For brokers mqbench starts (None: plain, or an external broker)."""
     client: ClientSecurity | None
-    facts: dict[str, Any]
+    facts: SecurityFacts
 
     def describe(self) -> dict[str, Any]:
         """The manifest's ``security`` entry: what was on, fingerprints; no secret."""
-        return dict(self.facts)
+        return self.facts.describe()
 
     def broker_for(self, options: Mapping[str, Any]) -> BrokerSecurity | None:
         """What a broker started with ``options`` is configured with: the run's security,
@@ -150,17 +185,13 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
         starts = runtime_capabilities(scenario.runtime).starts_broker
         secrets = starts and _has_secret_options(scenario)
         private = _private_dir() if secrets else None
-        return RunSecurity(private, None, None, {"tls": False, "auth": False})
+        return RunSecurity(private, None, None, PLAIN)
     credentials: Credentials | None = None
     if security.auth is not None:
         credentials = resolve_password(security.auth)
     username = credentials.username if credentials else None
     password = credentials.password if credentials else None
-    facts: dict[str, Any] = {
-        "tls": security.tls,
-        "auth": credentials is not None,
-        "username": username,
-    }
+    facts = SecurityFacts(tls=security.tls, auth=credentials is not None, username=username)
     if not runtime_capabilities(scenario.runtime).starts_broker:
         tls = None
         if security.tls:
@@ -170,18 +201,20 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
                 key_file=_text(security.key_file),
                 server_hostname=security.server_name,
             )
-            facts["certificates"] = {
-                "generated": False,
-                "ca_file": _text(security.ca_file),
-                "client_certificate": security.cert_file is not None,
-            }
+            facts = replace(
+                facts,
+                certificates={
+                    "generated": False,
+                    "ca_file": _text(security.ca_file),
+                    "client_certificate": security.cert_file is not None,
+                },
+            )
         return RunSecurity(None, None, ClientSecurity(username, password, tls), facts)
     private_dir = _private_dir()
     try:
         material: TlsMaterial | None = None
         if security.tls:
             material = generate(private_dir / "tls", client_cert=security.client_cert)
-            facts["certificates"] = material.describe()
         broker = BrokerSecurity(
             private_dir=private_dir / "broker",
             tls=material,
@@ -196,7 +229,11 @@ def open_run_security(scenario: Scenario) -> RunSecurity:
                 cert_file=_text(material.client_cert),
                 key_file=_text(material.client_key),
             )
-        facts["client_certificate_required"] = security.client_cert
+        facts = replace(
+            facts,
+            certificates=material.describe() if material is not None else None,
+            client_certificate_required=security.client_cert,
+        )
         return RunSecurity(
             private_dir, broker, ClientSecurity(username, password, client_tls), facts
         )
