@@ -157,6 +157,9 @@ class RuntimeCapabilities:
     cgroup_profiles: bool
     """Resource profiles are applied through this machine's cgroups, so the pre-flight
     checks they fit the machine (docker applies them through the engine)."""
+    local_process: bool
+    """The broker is a process tree the runtime starts on this machine: found, stopped and
+    checked by PID, its log a file (False: the engine runs it, or the user does)."""
 
 
 class Runtime(Protocol):

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from mqbench.analysis.api import analyze_run
 from mqbench.analysis.summary import CellSummary
+from mqbench.brokers.runtime.registry import runtime_capabilities
 from mqbench.calibration.model import CellFigures
 from mqbench.errors import MqbenchError, ScenarioError
 from mqbench.records.cell_entry import CellEntry
@@ -59,7 +60,7 @@ def calibration_scenario(request: CellRequest) -> Scenario:
     """The one-cell scenario for ``request``: pairs at QoS 0, one worker; an external
     relay's port, PID and version line (ScenarioError when the request is out of range)."""
     broker = BrokerOptions()
-    if request.runtime == "external":
+    if not runtime_capabilities(request.runtime).starts_broker:  # the relay runs already
         broker = BrokerOptions(
             port=request.port,
             pid=request.pid,

@@ -246,7 +246,7 @@ class DockerRuntime:
 
     name = "docker"
     capabilities = RuntimeCapabilities(
-        starts_broker=True, inherits_open_files=False, cgroup_profiles=False
+        starts_broker=True, inherits_open_files=False, cgroup_profiles=False, local_process=False
     )
 
     def __init__(

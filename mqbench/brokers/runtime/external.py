@@ -60,7 +60,7 @@ class ExternalRuntime:
 
     name = "external"
     capabilities = RuntimeCapabilities(
-        starts_broker=False, inherits_open_files=False, cgroup_profiles=False
+        starts_broker=False, inherits_open_files=False, cgroup_profiles=False, local_process=False
     )
 
     def availability(self, target: str) -> Availability:

@@ -44,7 +44,7 @@ from mqbench.brokers.runtime.native import (
     stop_pid,
 )
 from mqbench.brokers.runtime.native_spec import LaunchPlan
-from mqbench.brokers.runtime.registry import get_runtime
+from mqbench.brokers.runtime.registry import get_runtime, runtime_capabilities
 from mqbench.errors import BrokerError, UsageError
 
 STATE_DIR_ENV = "MQBENCH_STATE_DIR"
@@ -84,6 +84,11 @@ class BrokerState:
     companions: list[tuple[int, float]] = field(default_factory=list)
     """Processes the broker started outside its tree (RabbitMQ's ``epmd``): PID and start
     time, so ``down`` stops them too, and only them."""
+
+    @property
+    def local_process(self) -> bool:
+        """The broker is a process recorded by PID (else a compose project)."""
+        return runtime_capabilities(self.runtime).local_process
 
     @property
     def path(self) -> Path:
@@ -186,7 +191,7 @@ def docker_status(state: BrokerState) -> str:
 
 def state_status(state: BrokerState) -> str:
     """A short status word."""
-    if state.runtime == "native":
+    if state.local_process:
         return "running" if native_alive(state) else "stopped"
     return docker_status(state)
 
@@ -260,7 +265,7 @@ def start_broker(
     get_target(target)
     if profile is not None and profile not in profile_names():
         raise UsageError(f"unknown profile {profile!r} (known: {', '.join(profile_names())})")
-    if profile is not None and runtime == "native":
+    if profile is not None and runtime_capabilities(runtime).cgroup_profiles:
         check_native_profile(profile)
     for old in find_states(target, runtime):
         if state_status(old) != "stopped":
@@ -326,7 +331,7 @@ def stop_broker(target: str, runtime: str | None) -> list[Stopped]:
         )
     done: list[Stopped] = []
     for state in states:
-        if state.runtime == "native":
+        if state.local_process:
             outcome = stop_native(state)
             outcome += remove_native_cgroup(state)
         else:
@@ -357,7 +362,7 @@ def broker_logs(target: str, runtime: str | None, lines: int) -> str:
     if len(states) > 1:
         raise UsageError(f"{target} runs in several runtimes; pick one with --runtime")
     state = states[0]
-    if state.runtime == "native":
+    if state.local_process:
         return read_tail(Path(state.log_path or ""), lines)
     return state.project_handle().logs(lines)
 

@@ -276,7 +276,7 @@ class NativeRuntime:
 
     name = "native"
     capabilities = RuntimeCapabilities(
-        starts_broker=True, inherits_open_files=True, cgroup_profiles=True
+        starts_broker=True, inherits_open_files=True, cgroup_profiles=True, local_process=True
     )
 
     def __init__(self, specs: Mapping[str, NativeSpec] | None = None) -> None:
