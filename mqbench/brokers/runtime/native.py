@@ -267,6 +267,47 @@ def _releaser(limiter: NativeLimiter, info: dict[str, Any]) -> Callable[[], None
     return release
 
 
+def _spawn(
+    name: str,
+    binary: Path,
+    argv: list[str],
+    request: StartRequest,
+    log_path: Path,
+    limiter: NativeLimiter | None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, its output into ``log_path``; tied to
+    mqbench's life unless ``request.outlive_mqbench``. A start that fails releases the
+    cgroup; one interrupted right after the start kills the process."""
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        # Deferred: a first Ctrl-C or SIGTERM here waits until the broker is registered.
+        with interrupts.deferred(), log_path.open("wb") as log:
+            process = subprocess.Popen(
+                argv,
+                cwd=request.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=(None if request.outlive_mqbench else lifeline.preexec_die_with_parent),
+            )
+            if not request.outlive_mqbench:
+                lifeline.guard(process.pid)
+    except OSError as exc:
+        if limiter is not None:
+            limiter.release()
+        raise BrokerError(f"cannot start {name} ({binary}): {exc}") from exc
+    except BaseException:  # interrupted right after the start: leave nothing running
+        if process is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                process.kill()
+                process.wait(KILL_WAIT_S)
+            lifeline.release(process.pid)
+        raise
+    return process
+
+
 class _PortClash(BrokerError):
     """The broker lost the race for a port mqbench picked itself."""
 
@@ -356,6 +397,8 @@ class NativeRuntime:
     def _start_once(
         self, spec: NativeSpec, binary: Path, request: StartRequest, port: int, auto_port: bool
     ) -> NativeBroker:
+        """Write the config, apply a resource profile, spawn the broker and wait until it is
+        ready; a failure at any step leaves nothing running (and no cgroup)."""
         limiter, options = NativeLimiter.from_options(request.options)
         if request.security is None:
             plan = spec.prepare(binary, request.workdir, request.host, port, options)
@@ -370,35 +413,7 @@ class NativeRuntime:
             plan = limiter.tune(knobs, spec.name, plan, options)
             argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
-        process: subprocess.Popen[bytes] | None = None
-        try:
-            # Deferred: a first Ctrl-C or SIGTERM here waits until the broker is registered.
-            with interrupts.deferred(), log_path.open("wb") as log:
-                process = subprocess.Popen(
-                    argv,
-                    cwd=request.workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=(
-                        None if request.outlive_mqbench else lifeline.preexec_die_with_parent
-                    ),
-                )
-                if not request.outlive_mqbench:
-                    lifeline.guard(process.pid)
-        except OSError as exc:
-            if limiter is not None:
-                limiter.release()
-            raise BrokerError(f"cannot start {spec.name} ({binary}): {exc}") from exc
-        except BaseException:  # interrupted right after the start: leave nothing running
-            if process is not None:
-                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                    process.kill()
-                    process.wait(KILL_WAIT_S)
-                lifeline.release(process.pid)
-            raise
+        process = _spawn(spec.name, binary, argv, request, log_path, limiter)
         info: dict[str, Any] = {
             "name": spec.name,
             "target": request.target,
@@ -417,9 +432,6 @@ class NativeRuntime:
         }
         if request.security is not None:
             info["security"] = request.security.describe()
-        on_stopped = None
-        if limiter is not None:
-            on_stopped = _releaser(limiter, info)
         broker = NativeBroker(
             spec.name,
             process,
@@ -427,18 +439,11 @@ class NativeRuntime:
             info,
             log_path,
             companions=lambda: spec.companion_pids(plan),
-            on_stopped=on_stopped,
+            on_stopped=_releaser(limiter, info) if limiter is not None else None,
         )
         try:
-            self._wait_ready(
-                plan.ready_check or spec.check_ready,
-                spec,
-                broker,
-                process,
-                request,
-                port,
-                auto_port,
-            )
+            ready = plan.ready_check or spec.check_ready
+            self._wait_ready(ready, spec, broker, process, request, port, auto_port)
         except BaseException:
             broker.stop()
             raise
