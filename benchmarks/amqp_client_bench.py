@@ -232,7 +232,7 @@ def main() -> None:
         )
         try:
             print(
-                f"RabbitMQ {broker.info['version']} ready in {time.monotonic() - t0:.1f} s "
+                f"RabbitMQ {broker.info.version} ready in {time.monotonic() - t0:.1f} s "
                 f"on port {broker.endpoint.port} (pid {broker.pids[0]})"
             )
             if args.client in ("amqp", "both"):
@@ -243,7 +243,7 @@ def main() -> None:
                 run_client(args, "aio-pika", args.pika_count, broker.endpoint.port, broker.pids[0])
         finally:
             broker.stop()
-            print(f"broker stopped (companions stopped: {broker.info.get('companion_pids')})")
+            print(f"broker stopped (companions stopped: {broker.info.companion_pids})")
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def run_backend(
     )
     try:
         procs = [psutil.Process(broker.pids[0])]
-        services = broker.info["settings"].get("service_pids") or []
+        services = broker.info.settings.get("service_pids") or []
         for pid in services:
             if pid:
                 service = psutil.Process(pid)

@@ -36,8 +36,8 @@ def main() -> int:
         broker = NativeRuntime().start(StartRequest(target="redis", workdir=Path(tmp)))
         try:
             print(
-                f"redis {broker.info['version']} pid {broker.pids[0]} on "
-                f"{broker.endpoint.host}:{broker.endpoint.port}; settings {broker.info['settings']}"
+                f"redis {broker.info.version} pid {broker.pids[0]} on "
+                f"{broker.endpoint.host}:{broker.endpoint.port}; settings {broker.info.settings}"
             )
             outcome = run(
                 args.client,

@@ -39,8 +39,8 @@ def main() -> int:
         broker = NativeRuntime().start(StartRequest(target="zenoh", workdir=Path(tmp)))
         try:
             print(
-                f"zenoh router {broker.info['version']} pid {broker.pids[0]} on "
-                f"{broker.endpoint.host}:{broker.endpoint.port}; settings {broker.info['settings']}"
+                f"zenoh router {broker.info.version} pid {broker.pids[0]} on "
+                f"{broker.endpoint.host}:{broker.endpoint.port}; settings {broker.info.settings}"
             )
             outcome = run(
                 args.client,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from mqbench.endpoint import Endpoint
 
 if TYPE_CHECKING:
+    from mqbench.brokers.info import BrokerInfo
     from mqbench.brokers.resources.sampler import SampleSource
     from mqbench.brokers.security.tls_material import TlsMaterial
 
@@ -41,8 +42,9 @@ class RunningBroker(Protocol):
         ...
 
     @property
-    def info(self) -> dict[str, Any]:
-        """Facts for the manifest: version, binary, config, runtime, settings that matter."""
+    def info(self) -> BrokerInfo:
+        """Facts for the manifest (``info.py``): version, config, runtime, settings that
+        matter; a snapshot."""
         ...
 
     def log_tail(self, lines: int = 20) -> str:

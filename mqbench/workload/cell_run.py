@@ -232,8 +232,9 @@ class CellRun:
                 security=self.ctx.security.broker_for(options),
             )
         )
-        events.write(EventKind.BROKER_STARTED, **broker.info)
-        self.record.broker_started(broker.info)
+        info = broker.info.to_dict()
+        events.write(EventKind.BROKER_STARTED, **info)
+        self.record.broker_started(info)
         if isinstance(broker, WatchesExit):
             broker.watch_exit(self._on_broker_exit)
         if broker.pids:

@@ -142,7 +142,7 @@ def rabbitmq(module_broker: NativeBrokerFactory) -> RunningBroker:
 @pytest.fixture(scope="module")
 def rabbitmq_amqp(rabbitmq: RunningBroker) -> Endpoint:
     """The AMQP 0-9-1 listener of the module's RabbitMQ node."""
-    return Endpoint(rabbitmq.endpoint.host, int(rabbitmq.info["settings"]["amqp_port"]))
+    return Endpoint(rabbitmq.endpoint.host, int(rabbitmq.info.settings["amqp_port"]))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def endpoint_of(running: Mapping[str, RunningBroker], target: str, client: str) 
         pytest.skip(f"{target} is not installed")
     broker = running[target]
     if get_transport(client).protocol == "amqp":
-        return Endpoint(broker.endpoint.host, int(broker.info["settings"]["amqp_port"]))
+        return Endpoint(broker.endpoint.host, int(broker.info.settings["amqp_port"]))
     return broker.endpoint
 
 

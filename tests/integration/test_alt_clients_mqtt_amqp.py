@@ -110,7 +110,7 @@ def test_lean_mqtt_client_and_paho_exchange_1000_messages_each_way_intact(
     mqtt_broker: RunningBroker, qos: int
 ) -> None:
     to_paho, to_ours = payloads(1000), payloads(1000)
-    tag = f"{mqtt_broker.info['name']}-{qos}"
+    tag = f"{mqtt_broker.info.name}-{qos}"
     oracle = PahoOracle(mqtt_broker.endpoint, f"oracle-{tag}")
     try:
         oracle.subscribe(f"alt/to-paho/{tag}", 1)
@@ -146,7 +146,7 @@ def test_alt_mqtt_client_exchanges_1000_messages_each_way_with_the_lean_client(
     mqtt_broker: RunningBroker, qos: int, name: str
 ) -> None:
     to_alt, to_lean = payloads(1000), payloads(1000)
-    tag = f"{mqtt_broker.info['name']}-{name}-{qos}"
+    tag = f"{mqtt_broker.info.name}-{name}-{qos}"
 
     async def scenario() -> tuple[list[bytes], list[bytes], list[int]]:
         got_alt: list[bytes] = []
@@ -185,7 +185,7 @@ def test_a_one_mib_payload_crosses_the_mqtt_broker_intact(
     mqtt_broker: RunningBroker, name: str
 ) -> None:
     big = os.urandom(1 << 20)
-    tag = f"{mqtt_broker.info['name']}-{name}"
+    tag = f"{mqtt_broker.info.name}-{name}"
     oracle = PahoOracle(mqtt_broker.endpoint, f"big-oracle-{tag}")
     try:
         oracle.subscribe(f"alt/big/{tag}", 1)

@@ -325,15 +325,15 @@ def test_an_exchange_of_another_type_fails_connect_with_the_brokers_precondition
 
 def rabbitmqctl(broker: RunningBroker, *args: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``rabbitmqctl`` against the module's node (its cookie, epmd port and node name)."""
-    workdir = os.path.dirname(broker.info["log_path"])
-    settings = broker.info["settings"]
+    workdir = os.path.dirname(broker.info.log_path)
+    settings = broker.info.settings
     env = {
         **os.environ,
         "HOME": workdir,
         "ERL_EPMD_PORT": str(settings["epmd_port"]),
         "RABBITMQ_CONF_ENV_FILE": os.path.join(workdir, "rabbitmq-env.conf"),
     }
-    ctl = os.path.join(os.path.dirname(broker.info["binary"]), "rabbitmqctl")
+    ctl = os.path.join(os.path.dirname(broker.info.binary), "rabbitmqctl")
     return subprocess.run(
         [ctl, "-n", settings["nodename"], *args], env=env, capture_output=True, timeout=60
     )

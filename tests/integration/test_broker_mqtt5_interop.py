@@ -362,7 +362,7 @@ def test_a_shared_group_splits_messages_between_members_and_a_plain_subscriber_g
 def test_a_shared_subscription_gets_no_retained_message(
     broker: RunningBroker, procs: Callable[[list[str]], Proc]
 ) -> None:
-    if broker.info.get("name") == "mosquitto":
+    if broker.info.name == "mosquitto":
         pytest.skip(
             "mosquitto 2.0.11 sends retained messages on a new shared subscription; "
             "MQTT 5.0 sends them only for non-shared subscriptions (3.3.1.3)"

@@ -79,7 +79,7 @@ def test_the_profile_is_the_containers_cpu_and_memory_limit_and_nofile_fits_the_
     assert isinstance(facts, EngineFacts)
     nofile = facts.limits.nofile
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": nofile, "Hard": nofile}]
-    assert broker.info["nofile"] == nofile and broker.info["profile"]["name"] == "1cpu-2g"
+    assert broker.info.nofile == nofile and broker.info.profile["name"] == "1cpu-2g"
     top = docker("exec", broker.containers[0].id, "sh", "-c", "ulimit -n").stdout.strip()
     assert top == str(nofile)
 

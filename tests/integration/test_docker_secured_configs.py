@@ -224,7 +224,7 @@ def test_the_broker_ran_the_staged_files_with_their_container_owner(
     if target not in brokers.running:
         pytest.skip(f"{target} is not installed")
     staged = brokers.staged[target]
-    argv = " ".join(brokers.running[target].info["argv"])
+    argv = " ".join(brokers.running[target].info.argv)
     assert str(staged.work) in argv
     uid = int(staged.user.split(":")[0])
     assert all(p.stat().st_uid == uid for p in _files(staged.private))

@@ -83,7 +83,7 @@ def secured() -> Iterator[Secured]:
 
 def container(broker: RunningBroker) -> dict[str, Any]:
     assert isinstance(broker, DockerBroker)
-    (ref,) = [c for c in broker.containers if c.service == broker.info["name"]]
+    (ref,) = [c for c in broker.containers if c.service == broker.info.name]
     data: list[dict[str, Any]] = json.loads(docker("inspect", ref.id).stdout)
     return data[0]
 
@@ -92,7 +92,7 @@ def endpoint(secured: Secured, target: str, client: str) -> Endpoint:
     """The published port of ``client``'s protocol (RabbitMQ's AMQP port for AMQP)."""
     broker = secured.running[target]
     if client == "amqp" and target == "rabbitmq-mqtt":
-        return Endpoint(broker.endpoint.host, int(broker.info["ports"]["MQBENCH_AMQP_PORT"]))
+        return Endpoint(broker.endpoint.host, int(broker.info.ports["MQBENCH_AMQP_PORT"]))
     return broker.endpoint
 
 

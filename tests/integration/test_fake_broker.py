@@ -44,7 +44,7 @@ def test_the_native_runtime_starts_probes_and_stops_the_fake_broker(tmp_path: Pa
     try:
         endpoint = broker.endpoint
         assert redis_probe(endpoint.host, endpoint.port, 2.0)
-        info = broker.info
+        info = broker.info.to_dict()
         assert (info["name"], info["target"], info["runtime"]) == ("fake", "fake", "native")
         assert info["version"] == fake_broker.VERSION
         assert info["settings"] == {"banner": "hello"}
@@ -52,7 +52,7 @@ def test_the_native_runtime_starts_probes_and_stops_the_fake_broker(tmp_path: Pa
         assert f"hello {fake_broker.VERSION} listening on" in broker.log_tail()
     finally:
         broker.stop()
-    assert broker.info["exit_code"] == 0
+    assert broker.info.exit_code == 0
     assert not process_alive(info["pid"])
 
 

@@ -80,9 +80,9 @@ def java_broker(request: pytest.FixtureRequest) -> RunningBroker:
 def test_the_broker_runs_the_pinned_version_the_launcher_loaded(
     java_broker: RunningBroker,
 ) -> None:
-    name = java_broker.info["name"]
-    assert java_broker.info["version"] == VERSIONS[name]
-    log = Path(java_broker.info["log_path"]).read_text()
+    name = java_broker.info.name
+    assert java_broker.info.version == VERSIONS[name]
+    log = Path(java_broker.info.log_path).read_text()
     assert f"mqbench-launcher ready broker={name} version={VERSIONS[name]}" in log
 
 
@@ -95,26 +95,26 @@ def test_the_broker_listens_only_on_its_mqtt_port_on_loopback(
 def test_the_heap_is_explicit_on_the_command_line_and_in_the_manifest(
     java_broker: RunningBroker,
 ) -> None:
-    argv = java_broker.info["argv"]
+    argv = java_broker.info.argv
     assert "-Xms1g" in argv and "-Xmx1g" in argv
-    settings = java_broker.info["settings"]
+    settings = java_broker.info.settings
     assert (settings["heap_min"], settings["heap_max"]) == ("1g", "1g")
-    first_line = Path(java_broker.info["log_path"]).read_text().splitlines()[0]
+    first_line = Path(java_broker.info.log_path).read_text().splitlines()[0]
     assert "-XX:MaxHeapSize=1073741824" in first_line  # what the JVM took (PrintCommandLineFlags)
 
 
 def test_config_data_and_temp_files_stay_in_the_work_directory(
     java_broker: RunningBroker,
 ) -> None:
-    workdir = Path(java_broker.info["log_path"]).parent.resolve()
-    assert f"-Djava.io.tmpdir={workdir / 'tmp'}" in java_broker.info["argv"]
-    assert Path(java_broker.info["config_path"]).is_relative_to(workdir)
+    workdir = Path(java_broker.info.log_path).parent.resolve()
+    assert f"-Djava.io.tmpdir={workdir / 'tmp'}" in java_broker.info.argv
+    assert Path(java_broker.info.config_path).is_relative_to(workdir)
     proc = psutil.Process(java_broker.pids[0])
     assert Path(proc.cwd()).resolve() == workdir
 
 
 def test_a_qos1_message_round_trips(java_broker: RunningBroker) -> None:
-    topic = f"java/{java_broker.info['name']}/{os.getpid()}"
+    topic = f"java/{java_broker.info.name}/{os.getpid()}"
     assert run(qos1_round_trip(java_broker.endpoint, topic)) == [b"hello at least once"]
 
 
@@ -138,12 +138,12 @@ def test_the_sampler_reports_the_jvms_cpu_and_rss_at_one_hertz(
 def test_stop_ends_the_jvm_by_pid(native_broker: NativeBrokerFactory, target: str) -> None:
     broker = native_broker(target, heap="256m")
     java = broker.pids[0]
-    assert "-Xmx256m" in broker.info["argv"] and "-Xms256m" in broker.info["argv"]
+    assert "-Xmx256m" in broker.info.argv and "-Xms256m" in broker.info.argv
     started = time.monotonic()
     broker.stop()
     assert time.monotonic() - started < 10  # graceful (SIGTERM), not the SIGKILL fallback
     assert gone(java)
-    assert broker.info["exit_code"] == 143  # the JVM's exit after SIGTERM and its hooks
+    assert broker.info.exit_code == 143  # the JVM's exit after SIGTERM and its hooks
 
 
 def test_a_jvm_that_exits_during_start_up_reports_its_log_tail(

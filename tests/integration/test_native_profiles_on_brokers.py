@@ -47,7 +47,7 @@ def test_a_broker_under_a_profile_runs_in_its_cgroup_with_the_limits_read_back(
 ) -> None:
     broker = native_broker("mosquitto", resources="1cpu-2g")
     pid = broker.pids[0]
-    facts = broker.info["resources"]
+    facts = broker.info.resources
     assert (facts["profile"], facts["cpus"], facts["mem_mb"]) == ("1cpu-2g", 1, 2048)
     cgroup = facts["cgroup"]
     assert cgroup["version"] == cgroup_version
@@ -64,17 +64,17 @@ def test_a_broker_under_a_profile_runs_in_its_cgroup_with_the_limits_read_back(
     broker.stop()
     for path in cgroup["paths"].values():
         assert not Path(path).exists()
-    assert broker.info["resources"]["cgroup"]["removed"] is True
+    assert broker.info.resources["cgroup"]["removed"] is True
 
 
 def test_a_jvm_under_a_profile_takes_its_heap_and_processor_count(
     native_broker: NativeBrokerFactory, cgroup_version: int
 ) -> None:
     broker = native_broker("artemis", resources="1cpu-2g", startup_timeout_s=60.0)
-    facts = broker.info["resources"]
+    facts = broker.info.resources
     assert facts["knobs"]["jvm_flags"] == ["-XX:ActiveProcessorCount=1", "-Xms1024m", "-Xmx1024m"]
-    assert broker.info["settings"]["heap_max"] == "1024m"
-    flags = Path(broker.info["log_path"]).read_text().splitlines()[0]
+    assert broker.info.settings["heap_max"] == "1024m"
+    flags = Path(broker.info.log_path).read_text().splitlines()[0]
     assert "-XX:ActiveProcessorCount=1" in flags
     assert "-XX:MaxHeapSize=1073741824" in flags
     assert int(memory_limit_file(facts["cgroup"]).read_text()) == 2 * GIB
@@ -86,7 +86,7 @@ def test_nats_under_a_profile_gets_gomaxprocs(
     broker = native_broker("nats", resources="1cpu-2g")
     environ = Path(f"/proc/{broker.pids[0]}/environ").read_bytes().split(b"\0")
     assert b"GOMAXPROCS=1" in environ
-    assert broker.info["resources"]["knobs"] == {"GOMAXPROCS": 1}
+    assert broker.info.resources["knobs"] == {"GOMAXPROCS": 1}
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_rabbitmq_under_a_profile_runs_one_scheduler_per_cpu(
         for tid in os.listdir(f"/proc/{pid}/task")
     ]
     assert sorted(n for n in names if n.endswith("_scheduler")) == ["1_scheduler"]
-    assert broker.info["resources"]["knobs"] == {"erl_flags": "+S 1:1"}
+    assert broker.info.resources["knobs"] == {"erl_flags": "+S 1:1"}
 
 
 LOAD = """\

@@ -69,7 +69,7 @@ def test_mosquitto_accepts_an_mqtt_client_and_reports_version_and_config(
     client.disconnect()
     assert connected == [0]
 
-    info = mosquitto.info
+    info = mosquitto.info.to_dict()
     assert info["runtime"] == "native"
     assert info["name"] == "mosquitto"
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", info["version"])
@@ -87,9 +87,9 @@ def test_nats_answers_info_with_the_version_the_runtime_recorded(nats: RunningBr
         line = sock.makefile("rb").readline()
     assert line.startswith(b"INFO ")
     server_info = json.loads(line[5:])
-    assert server_info["version"] == nats.info["version"]
+    assert server_info["version"] == nats.info.version
     assert server_info["port"] == nats.endpoint.port
-    assert nats.info["settings"]["max_pending"] == 67108864
+    assert nats.info.settings["max_pending"] == 67108864
     assert "Server is ready" in nats.log_tail()
 
 
@@ -104,7 +104,7 @@ def test_stop_terminates_the_broker_process_and_frees_the_port(
         assert _wait_gone(pid), f"{target} pid {pid} still exists after stop()"
         assert not port_in_use("127.0.0.1", broker.endpoint.port)
         broker.stop()  # idempotent, never raises
-        assert broker.info["exit_code"] == 0
+        assert broker.info.exit_code == 0
 
 
 def test_requested_port_is_used(native_broker: Callable[..., RunningBroker]) -> None:
@@ -201,7 +201,7 @@ def test_external_runtime_reaches_a_running_broker_and_never_stops_it(
     )
     assert broker.endpoint == mosquitto.endpoint
     assert broker.pids == [pid]
-    assert broker.info["runtime"] == "external"
+    assert broker.info.runtime == "external"
     broker.stop()
     assert psutil.pid_exists(pid)
     assert port_in_use("127.0.0.1", mosquitto.endpoint.port)

@@ -86,7 +86,7 @@ def test_rabbitmq_and_activemq_targets_use_their_native_specs() -> None:
 def test_rabbitmq_mqtt_node_listens_only_on_loopback_with_its_own_ports(
     rabbitmq: RunningBroker,
 ) -> None:
-    settings = rabbitmq.info["settings"]
+    settings = rabbitmq.info.settings
     ports = listening_ports(rabbitmq.pids[0])
     assert ("127.0.0.1", rabbitmq.endpoint.port) in ports
     assert ("127.0.0.1", settings["amqp_port"]) in ports
@@ -106,14 +106,14 @@ def test_rabbitmq_mqtt_node_listens_only_on_loopback_with_its_own_ports(
 def test_rabbitmq_keeps_its_state_logs_and_cookie_in_the_work_directory(
     rabbitmq: RunningBroker,
 ) -> None:
-    workdir = Path(rabbitmq.info["log_path"]).parent
-    assert (workdir / "mnesia" / rabbitmq.info["settings"]["nodename"]).is_dir()
+    workdir = Path(rabbitmq.info.log_path).parent
+    assert (workdir / "mnesia" / rabbitmq.info.settings["nodename"]).is_dir()
     assert (workdir / ".erlang.cookie").is_file()
     assert (workdir / "enabled_plugins").read_text().strip() == "[rabbitmq_mqtt]."
-    log = Path(rabbitmq.info["log_path"]).read_text()
+    log = Path(rabbitmq.info.log_path).read_text()
     # Readiness waited for both listeners (MQTT opens first, AMQP a moment later).
     assert f"started MQTT TCP listener on 127.0.0.1:{rabbitmq.endpoint.port}" in log
-    assert f"started TCP listener on 127.0.0.1:{rabbitmq.info['settings']['amqp_port']}" in log
+    assert f"started TCP listener on 127.0.0.1:{rabbitmq.info.settings['amqp_port']}" in log
     assert not stat.S_IMODE((workdir / ".erlang.cookie").stat().st_mode) & 0o077
 
 
@@ -131,31 +131,31 @@ def test_rabbitmq_version_in_the_manifest_matches_what_the_broker_announces(
         version = client.server_properties["version"]
         return version.decode() if isinstance(version, bytes) else str(version)
 
-    assert rabbitmq.info["version"] == run(announced())
-    assert rabbitmq.info["version"].startswith("3.")
+    assert rabbitmq.info.version == run(announced())
+    assert rabbitmq.info.version.startswith("3.")
 
 
 def test_rabbitmq_amqp_target_starts_without_mqtt_and_stop_leaves_no_beam_nor_epmd(
     native_broker: NativeBrokerFactory, rabbitmq: RunningBroker
 ) -> None:
     broker = native_broker("rabbitmq-amqp", startup_timeout_s=120)
-    settings = broker.info["settings"]
+    settings = broker.info.settings
     assert settings["amqp_port"] == broker.endpoint.port
     assert settings["mqtt_port"] is None
     assert settings["plugins"] == []
     # A second node next to the module's one: separate epmd daemons on separate ports.
-    assert settings["epmd_port"] != rabbitmq.info["settings"]["epmd_port"]
+    assert settings["epmd_port"] != rabbitmq.info.settings["epmd_port"]
     epmd = find_epmd(settings["epmd_port"])
     assert len(epmd) == 1
     beam = broker.pids[0]
     started = time.monotonic()
     broker.stop()
     assert time.monotonic() - started < 15
-    assert broker.info["companion_pids"] == epmd
+    assert broker.info.companion_pids == epmd
     assert wait_gone([beam, *epmd])
     # The module's node and its epmd are untouched.
     assert not gone(rabbitmq.pids[0])
-    assert find_epmd(rabbitmq.info["settings"]["epmd_port"])
+    assert find_epmd(rabbitmq.info.settings["epmd_port"])
 
 
 def test_activemq_listens_only_on_its_mqtt_port_on_loopback(activemq: RunningBroker) -> None:
@@ -166,19 +166,19 @@ def test_activemq_listens_only_on_its_mqtt_port_on_loopback(activemq: RunningBro
 
 def test_activemq_delivers_mqtt_and_logs_into_its_work_directory(activemq: RunningBroker) -> None:
     assert run(mqtt_round_trip(activemq.endpoint, "runtime/amq")) == [b"hello"]
-    log = Path(activemq.info["log_path"]).read_text()
+    log = Path(activemq.info.log_path).read_text()
     assert "Connector mqtt started" in log
-    assert activemq.info["version"] == "5.17.2" or activemq.info["version"].startswith("5.")
-    workdir = Path(activemq.info["log_path"]).parent
+    assert activemq.info.version == "5.17.2" or activemq.info.version.startswith("5.")
+    workdir = Path(activemq.info.log_path).parent
     assert (workdir / "lib" / "mqtt-client.jar").exists()
-    assert f"-Dactivemq.base={workdir.resolve()}" in activemq.info["argv"]
+    assert f"-Dactivemq.base={workdir.resolve()}" in activemq.info.argv
 
 
 def test_activemq_stop_leaves_no_java_process(native_broker: NativeBrokerFactory) -> None:
     broker = native_broker("activemq", heap="256m")
     java = broker.pids[0]
     children = [p.pid for p in psutil.Process(java).children(recursive=True)]
-    assert "-Xmx256m" in broker.info["argv"]
+    assert "-Xmx256m" in broker.info.argv
     broker.stop()
     assert wait_gone([java, *children])
 

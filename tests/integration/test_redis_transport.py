@@ -75,7 +75,7 @@ def oracle(broker: RunningBroker, **kwargs: Any) -> aioredis.Redis:
 
 
 def test_native_redis_records_its_benchmark_settings(redis_broker: RunningBroker) -> None:
-    info = redis_broker.info
+    info = redis_broker.info.to_dict()
     assert info["settings"]["client_output_buffer_limit_pubsub"] == "256mb 64mb 60"
     assert info["settings"]["save"] == "" and info["settings"]["appendonly"] is False
     assert "client-output-buffer-limit pubsub 256mb 64mb 60" in info["config"]
@@ -221,8 +221,8 @@ def test_missing_and_wrong_passwords_are_named_and_the_right_one_connects(
         return ok
 
     assert run("uvloop", with_right_password())
-    assert PASSWORD not in redis_with_password.info["config"]
-    assert redis_with_password.info["settings"]["requirepass"] is True
+    assert PASSWORD not in redis_with_password.info.config
+    assert redis_with_password.info.settings["requirepass"] is True
 
 
 def test_one_connection_cannot_both_publish_and_subscribe(redis_broker: RunningBroker) -> None:

@@ -37,7 +37,7 @@ def test_native_runtime_starts_the_broker_with_its_own_redis_and_stops_both(
         StartRequest("tbmq-style", tmp_path / "b", options={"persistence": "redis-async"})
     )
     try:
-        redis_pids = [p for p in broker.info["settings"]["service_pids"] if p]
+        redis_pids = [p for p in broker.info.settings["service_pids"] if p]
         assert len(redis_pids) == 1 and _alive(redis_pids[0])
         got: list[bytes] = []
 

@@ -72,12 +72,12 @@ def payloads(count: int, size: int = 64) -> list[bytes]:
 
 
 def test_the_router_runs_without_scouting_and_records_its_settings(router: RunningBroker) -> None:
-    settings = router.info["settings"]
+    settings = router.info.settings
     assert settings["mode"] == "router"
     assert settings["scouting/multicast/enabled"] is False
     assert settings["scouting/gossip/enabled"] is False
     assert settings["listen/endpoints"] == [f"tcp/127.0.0.1:{router.endpoint.port}"]
-    assert router.info["version"] == zenoh_version()
+    assert router.info.version == zenoh_version()
     for _ in range(40):  # bounded: the line may follow the listener by a few ms
         if "zenoh-router ready" in router.log_tail(5):
             break

@@ -142,7 +142,7 @@ def test_start_waits_healthy_and_records_images_profile_and_ports(
     assert up["env"]["MQBENCH_BIND"] == "127.0.0.1"
     assert (up["env"]["MQBENCH_CPUS"], up["env"]["MQBENCH_MEM"]) == ("1", "2048m")
     assert broker.endpoint.host == "127.0.0.1" and broker.pids == []
-    info = broker.info
+    info = broker.info.to_dict()
     assert info["project"] == project and info["profile"]["name"] == "1cpu-2g"
     assert info["services"]["mosquitto"]["repo_digests"] == [
         f"eclipse-mosquitto@sha256:{'ab' * 32}"
@@ -189,7 +189,7 @@ def test_stop_runs_compose_down_once_and_removes_volumes_and_orphans(
     downs = [a for a in fake.argvs() if "down" in a]
     assert len(downs) == 1
     assert downs[0][5:] == ["down", "-v", "--remove-orphans", "--timeout", "10"]
-    assert broker.info["down_exit_code"] == 0
+    assert broker.info.down_exit_code == 0
 
 
 def test_an_image_that_is_missing_and_cannot_be_pulled_names_the_build_command(
@@ -303,9 +303,9 @@ def test_tbmq_waits_for_health_and_turns_basic_auth_off_by_default(
     up = next(c for c in fake.calls() if "up" in c["argv"])
     assert up["env"]["MQBENCH_TBMQ_BASIC_AUTH"] == "false"
     assert seen and seen[0][0] == f"http://127.0.0.1:{up['env']['MQBENCH_HTTP_PORT']}"
-    assert sorted(broker.info["services"]) == ["kafka", "postgres", "tbmq", "valkey"]
-    assert broker.info["tbmq_credentials"] == []
-    assert broker.info["version"] == "thingsboard/tbmq:2.1.0"
+    assert sorted(broker.info.services) == ["kafka", "postgres", "tbmq", "valkey"]
+    assert broker.info.hook_facts["tbmq_credentials"] == []
+    assert broker.info.version == "thingsboard/tbmq:2.1.0"
 
 
 def test_tbmq_health_timeout_is_reported_with_logs_and_cleans_up(
@@ -340,7 +340,9 @@ def test_credentials_option_turns_tbmq_basic_auth_on(
     up = next(c for c in fake.calls() if "up" in c["argv"])
     assert up["env"]["MQBENCH_TBMQ_BASIC_AUTH"] == "true"
     assert created[0][1][0].client_type == "APPLICATION"
-    assert broker.info["tbmq_credentials"] == [{"username": "app", "client_type": "APPLICATION"}]
+    assert broker.info.hook_facts["tbmq_credentials"] == [
+        {"username": "app", "client_type": "APPLICATION"}
+    ]
 
 
 def test_bad_options_and_profiles_are_rejected_before_anything_starts(
@@ -408,7 +410,7 @@ def test_network_host_runs_the_broker_on_the_hosts_network_listening_on_loopback
     assert up["env"]["MQBENCH_LISTEN_PORT"] == str(port)
     monitor = int(up["env"]["MQBENCH_MONITOR_PORT"])
     assert monitor not in (port, 8222)  # a free port: 8222 may be taken on the host
-    assert broker.info["network"] == "host"
+    assert broker.info.network == "host"
     with pytest.raises(BrokerError, match="joins the broker's bridge network"):
         broker.start_fault_proxy()
 

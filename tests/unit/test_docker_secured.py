@@ -286,7 +286,7 @@ def test_a_secured_start_runs_the_generated_file_and_probes_tls_from_the_host(
     ((check, host, port, _),) = probe.calls
     assert (host, port) == ("127.0.0.1", broker.endpoint.port)
     assert getattr(check, "__name__", "") == "ready"  # the plan's TLS probe, not check_ready
-    info = broker.info
+    info = broker.info.to_dict()
     assert info["security"]["tls"] is True and info["security"]["auth"] is True
     assert info["secured_container"]["user"] == "1883:1883"
     assert info["config_path"] == f"{MOUNT_WORK}/mosquitto.conf"

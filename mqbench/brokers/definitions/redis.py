@@ -10,7 +10,7 @@ soft limit for the given seconds. The stock ``32mb 8mb 60`` drops a subscriber t
 ~80K messages (64 B) behind for a minute, which max-rate runs reach within seconds. mqbench
 writes ``256mb 64mb 60`` by default: 8x the stock headroom, while a runaway subscriber
 still cannot take the machine's memory (``0 0 0`` would be unlimited). It is an option
-(``pubsub_buffer_limit``) and is recorded in ``info["settings"]``. ``maxclients`` defaults
+(``pubsub_buffer_limit``) and is recorded in ``info.settings``. ``maxclients`` defaults
 to 19000 (stock 10000) so pairs topologies up to ~9K pairs fit under the 20000 open-file
 cap; Redis lowers it itself (and logs it) when the file limit is smaller.
 """

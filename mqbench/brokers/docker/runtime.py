@@ -84,6 +84,7 @@ from mqbench.brokers.docker.stats import (
     sdk_stats_reader,
 )
 from mqbench.brokers.docker.verification import verify
+from mqbench.brokers.info import DockerInfo
 from mqbench.brokers.registry import compose_entry, docker_option_owners, get_definition
 from mqbench.brokers.resources.profiles import Profile, get_profile
 from mqbench.brokers.runtime.liveness import ContainerExitWatch, ContainerInspector, ExitCallback
@@ -117,7 +118,7 @@ class DockerBroker:
         self,
         project: ComposeProject,
         endpoint: Endpoint,
-        info: dict[str, Any],
+        info: DockerInfo,
         containers: list[ContainerRef],
         stats_reader: Callable[[str], Mapping[str, Any]] | None,
         inspect: ContainerInspector | None = None,
@@ -170,9 +171,9 @@ class DockerBroker:
         return []
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> DockerInfo:
         """Manifest facts: images and digests, profile, ports, project, engine."""
-        return dict(self._info)
+        return replace(self._info)
 
     def resource_source(self) -> ContainerStatsSource | None:
         """Rows for ``resources.csv``: ``broker`` (summed) and ``broker:<service>``."""
@@ -198,13 +199,13 @@ class DockerBroker:
                 self._fault_proxy.stop()
             try:
                 proc = self.project.down()
-                self._info["down_exit_code"] = proc.returncode
+                self._info.down_exit_code = proc.returncode
                 if proc.returncode != 0:
-                    self._info["down_error"] = last_lines(proc.stderr)
+                    self._info.down_error = last_lines(proc.stderr)
                 else:
                     release_compose(self.project.name)
             except Exception as exc:  # stop() must never raise
-                self._info["down_error"] = str(exc)
+                self._info.down_error = str(exc)
 
     def __enter__(self) -> DockerBroker:
         """Use as a context manager that stops the project on exit."""
@@ -546,40 +547,41 @@ class DockerRuntime:
             )
         return client, containers, images
 
-    def _info(
-        self, launch: _Launch, request: StartRequest, images: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _info(self, launch: _Launch, request: StartRequest, images: dict[str, Any]) -> DockerInfo:
         """Manifest facts of a started project."""
         ct, project, facts = launch.entry, launch.project, launch.facts
-        info: dict[str, Any] = {
-            "name": ct.service,
-            "target": request.target,
-            "runtime": self.name,
-            "project": project.name,
-            "compose_file": str(project.file),
-            "compose_sha256": hashlib.sha256(project.file.read_bytes()).hexdigest(),
-            "variables": dict(project.variables),
-            "profile": launch.profile.describe(),
-            "nofile": facts.limits.nofile,
-            "network": network_mode(request.target, ct, request.options),
-            "host": launch.endpoint_host,
-            "bind": launch.bind,
-            "port": launch.ports[ct.port_var],
-            "ports": dict(launch.ports),
-            "docker_host": self.cli.env.get("DOCKER_HOST") or None,
-            "engine_version": facts.engine_version,
-            "compose_version": facts.compose_version,
-            "cgroup_version": facts.cgroup_version,
-            "services": images,
-            "images": launch.image_choices,
-            "version": images.get(ct.service, {}).get("image"),
-            "started_ns": time.time_ns(),
-        }
-        info.update(launch.hook_facts)
+        info = DockerInfo(
+            name=ct.service,
+            target=request.target,
+            runtime=self.name,
+            project=project.name,
+            compose_file=str(project.file),
+            compose_sha256=hashlib.sha256(project.file.read_bytes()).hexdigest(),
+            variables=dict(project.variables),
+            profile=launch.profile.describe(),
+            nofile=facts.limits.nofile,
+            network=network_mode(request.target, ct, request.options),
+            host=launch.endpoint_host,
+            bind=launch.bind,
+            port=launch.ports[ct.port_var],
+            ports=dict(launch.ports),
+            docker_host=self.cli.env.get("DOCKER_HOST") or None,
+            engine_version=facts.engine_version,
+            compose_version=facts.compose_version,
+            cgroup_version=facts.cgroup_version,
+            services=images,
+            images=launch.image_choices,
+            version=images.get(ct.service, {}).get("image"),
+            started_ns=time.time_ns(),
+            hook_facts=dict(launch.hook_facts),
+        )
         staged = launch.staged
-        if request.security is not None and staged is not None:
-            info["security"] = request.security.describe()
-            info["secured_container"] = {
+        if request.security is None or staged is None:
+            return info
+        return replace(
+            info,
+            security=request.security.describe(),
+            secured_container={
                 "user": staged.user,
                 "mounts": {
                     str(MOUNT_WORK): str(staged.work),
@@ -587,13 +589,13 @@ class DockerRuntime:
                 },
                 "argv": list(staged.plan.argv),
                 "healthcheck": list(staged.healthcheck),
-            }
-            info["config_path"] = (
+            },
+            config_path=(
                 staged.mounts.seen(staged.plan.config_path) if staged.plan.config_path else None
-            )
-            info["config"] = staged.plan.config_text
-            info["settings"] = dict(staged.plan.settings)
-        return info
+            ),
+            config=staged.plan.config_text,
+            settings=dict(staged.plan.settings),
+        )
 
     @staticmethod
     def _after_up(

@@ -1,7 +1,7 @@
 """What the JVM brokers share: heap flags and option checks, Maven-fetched jars.
 
 Heap: every JVM broker gets explicit ``-Xms``/``-Xmx`` (recorded as ``heap_min``/``heap_max``
-in ``info["settings"]``), so the JVM's ergonomics (a quarter of the host's RAM) never decide
+in ``info.settings``), so the JVM's ergonomics (a quarter of the host's RAM) never decide
 it silently. Under a resource profile the heap is the profile's (half its memory limit,
 ``-Xms`` = ``-Xmx``) and ``-XX:ActiveProcessorCount`` is its CPU count, as in the Docker
 profiles (``knobs.JvmFlags``, named by each JVM broker's definition); an explicit ``heap``

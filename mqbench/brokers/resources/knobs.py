@@ -4,7 +4,7 @@ A CPU quota does not change how many CPUs a runtime *sees*, so Go, the BEAM and 
 would size their thread pools to the host (``mqbench/brokers/resources/profiles.py``). Each broker
 definition names one of these knobs; ``native_profiles.NativeLimiter`` applies it to the
 launch plan when a profile limits anything, and records the returned facts in the manifest
-(``info["resources"]["knobs"]``). The Docker profiles set the same values through the
+(``info.resources["knobs"]``). The Docker profiles set the same values through the
 compose files' environment (docs/docker.md).
 """
 

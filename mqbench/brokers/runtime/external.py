@@ -9,11 +9,13 @@ manifest). mqbench never stops an external broker.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import psutil
 
 from mqbench.brokers.base import Availability, RuntimeCapabilities, StartRequest
+from mqbench.brokers.info import ExternalInfo
 from mqbench.brokers.registry import get_target
 from mqbench.brokers.runtime.net import tcp_reachable
 from mqbench.endpoint import Endpoint
@@ -26,7 +28,7 @@ KNOWN_OPTIONS = frozenset({"host", "port", "pid", "version"})
 class ExternalBroker:
     """A reachable broker mqbench did not start (implements ``RunningBroker``)."""
 
-    def __init__(self, endpoint: Endpoint, pid: int | None, info: dict[str, Any]) -> None:
+    def __init__(self, endpoint: Endpoint, pid: int | None, info: ExternalInfo) -> None:
         """Describe a broker at ``endpoint``; ``pid`` (if known) is sampled."""
         self._endpoint = endpoint
         self._pid = pid
@@ -43,9 +45,9 @@ class ExternalBroker:
         return [self._pid] if self._pid is not None else []
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ExternalInfo:
         """Manifest facts: runtime, host, port, pid, version if given."""
-        return dict(self._info)
+        return replace(self._info)
 
     def log_tail(self, lines: int = 20) -> str:
         """An external broker's log is not available to mqbench."""
@@ -97,15 +99,14 @@ class ExternalRuntime:
                 f"external {target.name} broker at {host}:{port} is not reachable "
                 f"(no TCP connection within {request.startup_timeout_s:g} s)"
             )
-        info: dict[str, Any] = {
-            "name": target.name,
-            "target": target.name,
-            "runtime": self.name,
-            "version": str(request.options.get("version", "unknown (external)")),
-            "host": host,
-            "port": port,
-            "pid": pid,
-        }
-        if request.security is not None:
-            info["security"] = request.security.describe()
+        info = ExternalInfo(
+            name=target.name,
+            target=target.name,
+            version=str(request.options.get("version", "unknown (external)")),
+            host=host,
+            port=port,
+            pid=pid,
+            security=request.security.describe() if request.security is not None else None,
+            runtime=self.name,
+        )
         return ExternalBroker(Endpoint(host, port), pid, info)

@@ -297,7 +297,7 @@ def start_broker(
         port=broker.endpoint.port,
         workdir=str(workdir),
         started_ns=time.time_ns(),
-        info=broker.info,
+        info=broker.info.to_dict(),
     )
     if isinstance(broker, NativeBroker):
         pid = broker.pids[0]
@@ -310,7 +310,7 @@ def start_broker(
     elif isinstance(broker, DockerBroker):
         state.project = broker.project.name
         state.compose_file = str(broker.project.file)
-        state.profile = str(broker.info.get("profile", {}).get("name"))
+        state.profile = str(broker.info.profile.get("name"))
     try:
         state.save()
     except OSError as exc:

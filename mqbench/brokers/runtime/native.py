@@ -10,7 +10,7 @@ to 10 s, then SIGKILLs it.
 The runtime knows no broker by name: the target's definition (``registry.py``) gives the
 spec, and for a ``resources`` option (a profile) the thread knobs that
 ``native_profiles.NativeLimiter`` applies to the plan; the broker then starts inside a
-cgroup of its own, removed after the broker stopped (``info["resources"]`` records what was
+cgroup of its own, removed after the broker stopped (``info.resources`` records what was
 applied).
 """
 
@@ -24,12 +24,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from mqbench.brokers.base import Availability, RuntimeCapabilities, StartRequest
+from mqbench.brokers.info import NativeInfo
 from mqbench.brokers.registry import Target, get_definition, get_target, native_specs
 from mqbench.brokers.resources.native_profiles import NativeLimiter, split_profile
 from mqbench.brokers.runtime.liveness import ExitCallback, ProcessExitWatch
@@ -74,7 +76,7 @@ class NativeBroker:
         name: str,
         process: subprocess.Popen[bytes],
         endpoint: Endpoint,
-        info: dict[str, Any],
+        info: NativeInfo,
         log_path: Path,
         companions: Callable[[], list[int]] | None = None,
         on_stopped: Callable[[], None] | None = None,
@@ -111,9 +113,9 @@ class NativeBroker:
         return [self._process.pid]
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> NativeInfo:
         """Manifest facts: name, version, binary, argv, config, port, runtime, settings."""
-        return dict(self._info)
+        return replace(self._info)
 
     @property
     def log_path(self) -> Path:
@@ -153,12 +155,12 @@ class NativeBroker:
                 with contextlib.suppress(Exception):
                     self._process.kill()
                     self._process.wait(timeout=KILL_WAIT_S)
-            self._info["exit_code"] = self._process.poll()
+            self._info.exit_code = self._process.poll()
             lifeline.release(self._process.pid)
             if self._companions is not None:
                 with contextlib.suppress(Exception):
                     pids = self._companions()
-                    self._info["companion_pids"] = pids
+                    self._info.companion_pids = pids
                     for pid in pids:
                         stop_pid(pid)
             if self._on_stopped is not None:
@@ -257,12 +259,12 @@ def stop_pid(
     return outcome
 
 
-def _releaser(limiter: NativeLimiter, info: dict[str, Any]) -> Callable[[], None]:
+def _releaser(limiter: NativeLimiter, info: NativeInfo) -> Callable[[], None]:
     """Removes the broker's cgroup and records the outcome in its manifest facts."""
 
     def release() -> None:
         limiter.release()
-        info["resources"] = limiter.describe()
+        info.resources = limiter.describe()
 
     return release
 
@@ -414,24 +416,23 @@ class NativeRuntime:
             argv = limiter.wrap(plan.argv, f"{spec.name}-{port}")  # creates the cgroup
         log_path = request.workdir / f"{spec.name}.log"
         process = _spawn(spec.name, binary, argv, request, log_path, limiter)
-        info: dict[str, Any] = {
-            "name": spec.name,
-            "target": request.target,
-            "runtime": self.name,
-            "version": version,
-            "binary": str(binary),
-            "argv": list(plan.argv),
-            "config_path": str(plan.config_path) if plan.config_path else None,
-            "config": plan.config_text,
-            "host": request.host,
-            "port": port,
-            "pid": process.pid,
-            "log_path": str(log_path),
-            "settings": dict(plan.settings),
-            "resources": limiter.describe() if limiter is not None else None,
-        }
-        if request.security is not None:
-            info["security"] = request.security.describe()
+        info = NativeInfo(
+            name=spec.name,
+            target=request.target,
+            version=version,
+            binary=str(binary),
+            argv=list(plan.argv),
+            config_path=str(plan.config_path) if plan.config_path else None,
+            config=plan.config_text,
+            host=request.host,
+            port=port,
+            pid=process.pid,
+            log_path=str(log_path),
+            settings=dict(plan.settings),
+            resources=limiter.describe() if limiter is not None else None,
+            security=request.security.describe() if request.security is not None else None,
+            runtime=self.name,
+        )
         broker = NativeBroker(
             spec.name,
             process,
@@ -447,7 +448,7 @@ class NativeRuntime:
         except BaseException:
             broker.stop()
             raise
-        info["started_ns"] = time.time_ns()
+        info.started_ns = time.time_ns()
         return broker
 
     def _wait_ready(
