@@ -142,3 +142,36 @@ def test_parsed_options_cannot_be_changed() -> None:
     options = NatsOptions()
     with pytest.raises(ValueError, match="frozen"):
         options.max_pending = 1  # type: ignore[misc]
+
+
+def test_values_a_broker_would_refuse_at_start_are_refused_before_it() -> None:
+    from mqbench.brokers.definitions.artemis import ArtemisSpec
+    from mqbench.brokers.definitions.hivemq import HiveMqSpec
+    from mqbench.brokers.definitions.redis import RedisSpec
+    from mqbench.brokers.definitions.tbmq_style import TbmqStyleSpec
+
+    refusals = {
+        "artemis option heap: '1 GB' is not a JVM size": (ArtemisSpec(), {"heap": "1 GB"}),
+        "hivemq option heap_min: 'x' is not a JVM size": (HiveMqSpec(), {"heap_min": "x"}),
+        "hivemq option persistence='disk': input should be 'in-memory' or 'file'": (
+            HiveMqSpec(),
+            {"persistence": "disk"},
+        ),
+        "redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>'": (
+            RedisSpec(),
+            {"pubsub_buffer_limit": "1gb"},
+        ),
+        "tbmq-style option app_queue='kafka': input should be 'memory' or 'redis-streams'": (
+            TbmqStyleSpec(),
+            {"app_queue": "kafka"},
+        ),
+    }
+    for expected, (spec, options) in refusals.items():
+        with pytest.raises(BrokerError) as refused:
+            spec.check_options(options)
+        assert str(refused.value).startswith(expected), str(refused.value)
+
+
+def test_the_options_table_names_the_values_a_choice_allows() -> None:
+    table = options_markdown(option_models("hivemq"))
+    assert "| hivemq | `queue_strategy` | 'discard' \\| 'discard-oldest' | `'discard'` |" in table

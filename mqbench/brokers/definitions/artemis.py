@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
@@ -62,6 +62,11 @@ class ArtemisOptions(BrokerOptionsModel):
         "", description="';key=value' pairs appended to the MQTT acceptor URL"
     )
     extra_config: str = Field("", description="XML inserted into the core element verbatim")
+
+    @field_validator("heap", "heap_min")
+    @classmethod
+    def _a_jvm_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_heap("artemis", str(info.field_name), value)
 
 
 LOG_PROPERTIES = {
@@ -115,8 +120,8 @@ class ArtemisSpec(MavenJvmSpec):
     ) -> LaunchPlan:
         """Write ``broker.xml`` and return ``java ... ArtemisLauncher broker.xml``."""
         opts = parse_options("artemis", ArtemisOptions, options)
-        heap = check_heap("artemis", "heap", opts.heap or DEFAULT_HEAP)
-        heap_min = check_heap("artemis", "heap_min", opts.heap_min or heap)
+        heap = opts.heap or DEFAULT_HEAP
+        heap_min = opts.heap_min or heap
         base = workdir.resolve()
         data = base / "data"
         data.mkdir(parents=True, exist_ok=True)

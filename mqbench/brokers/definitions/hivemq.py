@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from xml.sax.saxutils import escape
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
@@ -30,7 +30,6 @@ from mqbench.brokers.resources.knobs import JvmFlags
 from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
-from mqbench.errors import BrokerError
 
 HIVEMQ_VERSION = "2025.5"
 """Newest ``hivemq-community-edition-embedded`` release Maven Central serves here."""
@@ -50,11 +49,19 @@ class HiveMqOptions(BrokerOptionsModel):
 
     heap: str | None = Field(None, description=f"the JVM's -Xmx (null: {DEFAULT_HEAP})")
     heap_min: str | None = Field(None, description="the JVM's -Xms (null: heap, a fixed heap)")
-    persistence: str = Field("in-memory", description="in-memory or file")
-    max_queue_size: int = Field(100000, description="messages queued per client")
-    queue_strategy: str = Field(
-        "discard", description="when a client's queue is full: discard or discard-oldest"
+    persistence: Literal["in-memory", "file"] = Field(
+        "in-memory", description="where client sessions and queues live"
     )
+    max_queue_size: int = Field(100000, description="messages queued per client")
+    queue_strategy: Literal["discard", "discard-oldest"] = Field(
+        "discard", description="what goes when a client's queue is full: the new or the oldest"
+    )
+
+    @field_validator("heap", "heap_min")
+    @classmethod
+    def _a_jvm_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else check_heap("hivemq", str(info.field_name), value)
+
     extra_config: str = Field("", description="XML inserted into the hivemq element verbatim")
 
 
@@ -115,18 +122,10 @@ class HiveMqSpec(MavenJvmSpec):
     ) -> LaunchPlan:
         """Write ``conf/config.xml`` and ``conf/logback.xml``; return the launcher argv."""
         opts = parse_options("hivemq", HiveMqOptions, options)
-        heap = check_heap("hivemq", "heap", opts.heap or DEFAULT_HEAP)
-        heap_min = check_heap("hivemq", "heap_min", opts.heap_min or heap)
+        heap = opts.heap or DEFAULT_HEAP
+        heap_min = opts.heap_min or heap
         persistence = opts.persistence
-        if persistence not in ("in-memory", "file"):
-            raise BrokerError(
-                f"hivemq option persistence: {persistence!r} is not in-memory or file"
-            )
         strategy = opts.queue_strategy
-        if strategy not in ("discard", "discard-oldest"):
-            raise BrokerError(
-                f"hivemq option queue_strategy: {strategy!r} is not discard or discard-oldest"
-            )
         max_queue = opts.max_queue_size
         base = workdir.resolve()
         conf, data, extensions = (base / d for d in ("conf", "data", "extensions"))

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import Field, InstanceOf
+from pydantic import Field, InstanceOf, field_validator
 
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
@@ -50,6 +50,18 @@ class RedisOptions(BrokerOptionsModel):
         "256mb 64mb 60",
         description="client-output-buffer-limit pubsub: 'hard soft seconds'",
     )
+
+    @field_validator("pubsub_buffer_limit")
+    @classmethod
+    def _three_fields(cls, value: str) -> str:
+        limit = " ".join(value.split())
+        if len(limit.split()) != 3:
+            raise BrokerError(
+                f"redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>' "
+                f"(e.g. '256mb 64mb 60' or '0 0 0'), got {value!r}"
+            )
+        return limit
+
     maxclients: int = Field(19000, description="client connections the server accepts")
     io_threads: int = Field(1, description="redis I/O threads")
     password: InstanceOf[Secret] | str | None = Field(
@@ -75,17 +87,6 @@ def _requirepass_file(security: BrokerSecurity | None, password: Secret | str) -
     path = private_file(security, "redis-requirepass.conf")
     path.write_text(f"requirepass {_quote(secret_text(password))}\n", encoding="utf-8")
     return path
-
-
-def _pubsub_limit(opts: RedisOptions) -> str:
-    """``pubsub_buffer_limit`` with single spaces; ``BrokerError`` unless three fields."""
-    limit = " ".join(opts.pubsub_buffer_limit.split())
-    if len(limit.split()) != 3:
-        raise BrokerError(
-            f"redis option pubsub_buffer_limit must be '<hard> <soft> <seconds>' "
-            f"(e.g. '256mb 64mb 60' or '0 0 0'), got {opts.pubsub_buffer_limit!r}"
-        )
-    return limit
 
 
 def _conf_lines(
@@ -212,7 +213,7 @@ class RedisSpec(ConfiguredSpec):
         ACL user (the ``default`` user off) in an ``include``d file in the private
         directory."""
         opts = parse_options("redis", RedisOptions, options)
-        limit = _pubsub_limit(opts)
+        limit = opts.pubsub_buffer_limit
         lines = [
             *_conf_lines(host, port, workdir, opts, limit, security, mounts),
             *_security_lines(security, mounts),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,10 +34,12 @@ from mqbench.brokers.services.backing import PostgresService, RedisService
 class TbmqStyleOptions(BrokerOptionsModel):
     """The built-in broker's options (passed on its command line; docs/brokers.md)."""
 
-    persistence: str = Field(
-        "memory", description="where sessions live: memory, redis-async, redis-sync or postgres"
+    persistence: Literal["memory", "redis-async", "redis-sync", "postgres"] = Field(
+        "memory", description="where DEVICE sessions live"
     )
-    app_queue: str = Field("memory", description="the APPLICATION queue: memory or redis-streams")
+    app_queue: Literal["memory", "redis-streams"] = Field(
+        "memory", description="where the APPLICATION queue lives"
+    )
     redis_url: str | None = Field(None, description="a Redis to use (null: start one if needed)")
     postgres_dsn: str | None = Field(
         None, description="a PostgreSQL to use (null: start one if needed)"

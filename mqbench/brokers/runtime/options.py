@@ -93,9 +93,12 @@ class OptionDoc:
 
 
 def _type_name(annotation: object) -> str:
-    """``int``, ``str | None``, ``Secret | str``, ``mapping``: a field's type for people."""
+    """``int``, ``str | None``, ``Secret | str``, ``'a' | 'b'``, ``mapping``: a field's type
+    for people."""
     if annotation is None or annotation is type(None):
         return "None"
+    if typing.get_origin(annotation) is typing.Literal:
+        return " | ".join(repr(arg) for arg in typing.get_args(annotation))
     if typing.get_origin(annotation) is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
