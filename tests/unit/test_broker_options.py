@@ -145,6 +145,7 @@ def test_parsed_options_cannot_be_changed() -> None:
 
 
 def test_values_a_broker_would_refuse_at_start_are_refused_before_it() -> None:
+    from mqbench.brokers.definitions.activemq import ActiveMqSpec
     from mqbench.brokers.definitions.artemis import ArtemisSpec
     from mqbench.brokers.definitions.hivemq import HiveMqSpec
     from mqbench.brokers.definitions.redis import RedisSpec
@@ -152,6 +153,7 @@ def test_values_a_broker_would_refuse_at_start_are_refused_before_it() -> None:
 
     refusals = {
         "artemis option heap: '1 GB' is not a JVM size": (ArtemisSpec(), {"heap": "1 GB"}),
+        "activemq option heap: '2 g' is not a JVM size": (ActiveMqSpec(), {"heap": "2 g"}),
         "hivemq option heap_min: 'x' is not a JVM size": (HiveMqSpec(), {"heap_min": "x"}),
         "hivemq option persistence='disk': input should be 'in-memory' or 'file'": (
             HiveMqSpec(),

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mqbench.brokers.definition import BrokerDefinition, TargetDefinition
 from mqbench.brokers.docker.compose import ComposeEntry
+from mqbench.brokers.java.jvm import check_heap
 from mqbench.brokers.resources.knobs import JvmFlags
 from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, first_match
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
@@ -56,6 +57,11 @@ class ActiveMqOptions(BrokerOptionsModel):
         60000, description="keep-alive of MQTT clients that send none, ms"
     )
     extra_config: str = Field("", description="XML inserted into the broker element verbatim")
+
+    @field_validator("heap")
+    @classmethod
+    def _a_jvm_size(cls, value: str) -> str:
+        return check_heap("activemq", "heap", value)
 
 
 LOG4J_PROPERTIES = """\
