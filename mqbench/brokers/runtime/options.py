@@ -1,11 +1,13 @@
 """A broker's options (``broker.options``) as one typed, frozen pydantic model per broker.
 
 Each native spec names its model (``NativeSpec.options_model``); a field's default is the
-value mqbench writes when the scenario gives none, and its description says what it sets
-(docs/brokers.md describes the same options in prose; ``tests/unit/test_broker_options.py``
-checks that every field is named there). :func:`parse_options` is where options enter a
-spec: at pre-flight (``NativeSpec.check_options``) and again when the config is written.
-An unknown or mistyped option is a ``BrokerError`` in one line naming the key and value.
+value mqbench writes when the scenario gives none, and its description says what it sets.
+``mqbench brokers options`` shows them, and docs/brokers.md's options table is that
+command's output (``tests/unit/test_broker_options.py`` compares them).
+:func:`parse_options` is where options enter a spec: at pre-flight
+(``NativeSpec.check_options``) and again when the config is written. An unknown or
+mistyped option is a ``BrokerError`` in one line naming the key and value; a model's own
+validator may raise a ``BrokerError`` with its own line, which passes through unchanged.
 """
 
 from __future__ import annotations
