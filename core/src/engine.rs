@@ -85,6 +85,52 @@ pub struct Shared {
     pub sends: Arc<FileCounters>,
     /// Connections lost: `(role, index, reason)`, taken by the Python side.
     pub lost: Mutex<Vec<(&'static str, u32, String)>>,
+    /// Sessions the Python side re-established after a loss, for the loop to take over
+    /// (`readopt`), and whether any are waiting.
+    pub readopt: Mutex<Vec<Readopt>>,
+    pub readopt_waiting: AtomicBool,
+}
+
+/// A lost client's new session, lent back by the Python side once it reconnected: its
+/// socket (< 0: none, only records), and delivery records (24 bytes each, packed) that its
+/// Python client received between subscribing again and lending the socket.
+pub struct Readopt {
+    pub role: Role,
+    pub index: u32,
+    pub fd: RawFd,
+    pub records: Vec<u8>,
+}
+
+impl Shared {
+    /// Queue a re-established session (or records alone) for the loop.
+    pub fn readopt(&self, item: Readopt) {
+        if let Ok(mut queue) = self.readopt.lock() {
+            queue.push(item);
+            self.readopt_waiting.store(true, Ordering::SeqCst);
+        } else if item.fd >= 0 {
+            sys::close(item.fd);
+        }
+    }
+
+    fn take_readopt(&self) -> Vec<Readopt> {
+        if !self.readopt_waiting.load(Ordering::Relaxed)
+            || !self.readopt_waiting.swap(false, Ordering::SeqCst)
+        {
+            return Vec::new();
+        }
+        self.readopt.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default()
+    }
+}
+
+impl Drop for Shared {
+    /// Sessions lent after the loop ended are closed here.
+    fn drop(&mut self) {
+        if let Ok(queue) = self.readopt.get_mut() {
+            for item in queue.drain(..).filter(|item| item.fd >= 0) {
+                sys::close(item.fd);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -187,7 +233,8 @@ impl Engine {
         let mut next_flush = sys::monotonic_ns() + RECORD_FLUSH_NS;
         let mut next_tick = sys::monotonic_ns() + FIRST_KEEPALIVE_NS.min(self.cfg.keepalive_ns / 2);
         let mut last_wait = 0i64;
-        while !self.shared.stop.load(Ordering::Relaxed) {
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            self.take_over(&epoll);
             let next = self.step(&mut publish, &timer);
             self.write_dirty(&epoll);
             let timeout = match next {
@@ -226,9 +273,60 @@ impl Engine {
                 next_tick = mono + self.cfg.keepalive_ns / 2;
             }
         }
+        self.take_over(&epoll); // records handed over before the stop are kept
         self.write_dirty(&epoll);
         self.deliveries.flush();
         self.sends.flush();
+        Ok(())
+    }
+
+    /// Take over the sessions the Python side re-established after a loss (and the
+    /// deliveries its clients recorded meanwhile), as the Python engine's clients go on
+    /// after a reconnect.
+    fn take_over(&mut self, epoll: &Epoll) {
+        for item in self.shared.take_readopt() {
+            self.deliveries.append_packed(&item.records);
+            if item.fd < 0 {
+                continue;
+            }
+            let found =
+                self.conns.iter().position(|c| c.role == item.role && c.index == item.index);
+            let Some(k) = found else {
+                sys::close(item.fd);
+                continue;
+            };
+            if self.conns[k].alive {
+                self.retire(epoll, k); // not reported: the Python side replaced it
+            }
+            if let Err(err) = self.install(epoll, k, item.fd) {
+                sys::close(item.fd);
+                let conn = &mut self.conns[k];
+                conn.fd = -1;
+                let role = if conn.role == Role::Publisher { "pub" } else { "sub" };
+                if let Ok(mut lost) = self.shared.lost.lock() {
+                    lost.push((role, conn.index, describe(&err)));
+                }
+            }
+        }
+    }
+
+    /// Make `fd` connection `k`'s socket, from a clean state.
+    fn install(&mut self, epoll: &Epoll, k: usize, fd: RawFd) -> std::io::Result<()> {
+        sys::set_nonblocking(fd)?;
+        if self.cfg.kernel_stamps {
+            sys::enable_receive_stamps(fd)?;
+        }
+        epoll.add(fd, sys::IN | sys::ERR_HUP, k as u64)?;
+        let conn = &mut self.conns[k];
+        conn.fd = fd;
+        conn.alive = true;
+        conn.inbuf.clear();
+        conn.out.clear();
+        conn.out_pos = 0;
+        conn.polling_out = false;
+        conn.wrote = false;
+        conn.kernel_reads = 0;
+        self.shared.connected.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -438,17 +536,12 @@ impl Engine {
     }
 
     fn lose(&mut self, epoll: &Epoll, k: usize, reason: String) {
-        let conn = &mut self.conns[k];
-        if !conn.alive {
+        if !self.conns[k].alive {
             return;
         }
-        conn.alive = false;
-        epoll.delete(conn.fd);
-        self.pending -= conn.pending();
-        conn.out.clear();
-        conn.out_pos = 0;
+        self.retire(epoll, k);
         self.shared.disconnects.fetch_add(1, Ordering::Relaxed);
-        self.shared.connected.fetch_sub(1, Ordering::Relaxed);
+        let conn = &self.conns[k];
         let role = match conn.role {
             Role::Publisher => "pub",
             Role::Subscriber => "sub",
@@ -456,6 +549,20 @@ impl Engine {
         if let Ok(mut lost) = self.shared.lost.lock() {
             lost.push((role, conn.index, reason));
         }
+    }
+
+    /// Stop using connection `k`: close the socket (a new session may take its place,
+    /// `take_over`) and drop what was queued for it.
+    fn retire(&mut self, epoll: &Epoll, k: usize) {
+        let conn = &mut self.conns[k];
+        conn.alive = false;
+        epoll.delete(conn.fd);
+        sys::close(conn.fd);
+        conn.fd = -1;
+        self.pending -= conn.pending();
+        conn.out.clear();
+        conn.out_pos = 0;
+        self.shared.connected.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// A connection that wrote nothing since the last tick sends the protocol's ping.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::engine::{Config, Engine, Shared};
+use crate::engine::{Config, Engine, Readopt, Role, Shared};
 use crate::proto::Protocol;
 
 /// One worker's hot path. Build it, add the lent sockets (publishers in schedule order,
@@ -81,6 +81,23 @@ impl Core {
         self.with_engine(|e| e.add_subscriber(fd, index))
     }
 
+    /// Lend the new session of a client the core lost (`role` "pub" or "sub", its cell-wide
+    /// `index`; `fd` < 0: none) once the Python side reconnected it, with the delivery
+    /// records (24 bytes each, packed) its Python client received meanwhile. The core
+    /// takes it over within one iteration; after `stop`, at its end.
+    fn readopt(&self, role: &str, index: u32, fd: RawFd, records: Vec<u8>) -> PyResult<()> {
+        let role = match role {
+            "pub" => Role::Publisher,
+            "sub" => Role::Subscriber,
+            _ => return Err(PyValueError::new_err(format!("unknown role {role:?}"))),
+        };
+        if records.len() % crate::records::RECORD_SIZE != 0 {
+            return Err(PyValueError::new_err("records are not whole 24-byte records"));
+        }
+        self.shared.readopt(Readopt { role, index, fd, records });
+        Ok(())
+    }
+
     /// Publish, receive and record until `stop` (blocks; the GIL is released).
     fn run(&self, py: Python<'_>) -> PyResult<()> {
         let mut engine = self
@@ -99,7 +116,7 @@ impl Core {
 
     /// Ask `run` to return (within its idle wait, 50 ms).
     fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::SeqCst);
     }
 
     /// True once every scheduled message was handed out.

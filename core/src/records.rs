@@ -79,6 +79,20 @@ impl RecordFile {
         }
     }
 
+    /// Append whole records packed elsewhere (a trailing partial record is ignored).
+    pub fn append_packed(&mut self, records: &[u8]) {
+        let whole = records.len() - records.len() % RECORD_SIZE;
+        if whole == 0 {
+            return;
+        }
+        self.buf.extend_from_slice(&records[..whole]);
+        self.count += (whole / RECORD_SIZE) as u64;
+        self.counters.count.store(self.count, Ordering::Relaxed);
+        if self.buf.len() >= BLOCK_RECORDS * RECORD_SIZE {
+            self.flush();
+        }
+    }
+
     /// Write the partial block out (records are dropped once the file failed).
     pub fn flush(&mut self) {
         if self.buf.is_empty() {

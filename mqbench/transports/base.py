@@ -221,6 +221,11 @@ class LendsSockets(Protocol):
         ``topic`` on this connection."""
         ...
 
+    def lost_lent_session(self, reason: str) -> None:
+        """The core lost the lent session (``reason``): close this side, so the client
+        reports the disconnection (``Disconnected``) and can connect again."""
+        ...
+
 
 class Transport(Protocol):
     """A protocol implementation: creates clients for an endpoint."""

@@ -416,6 +416,10 @@ class MqttClient:
             )
         return self._stream.lend()
 
+    def lost_lent_session(self, reason: str) -> None:
+        """The core lost the lent session: report it and allow a reconnect (``LendsSockets``)."""
+        self._stream.lost_while_lent(reason)
+
     def set_ack_handler(self, handler: AckHandler) -> None:
         """Call ``handler(tag, t_ack_ns)`` for every completed QoS 1/2 publish."""
         self._ack_handler = handler

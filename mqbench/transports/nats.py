@@ -251,6 +251,10 @@ class NatsClient:
             )
         return self._stream.lend()
 
+    def lost_lent_session(self, reason: str) -> None:
+        """The core lost the lent session: report it and allow a reconnect (``LendsSockets``)."""
+        self._stream.lost_while_lent(reason)
+
     def _header_for(self, topic: str) -> Callable[[int], bytes]:
         """The ``PUB`` control line for a payload size (cached; ``TransportError`` above
         ``max_payload`` or for an invalid subject)."""

@@ -264,6 +264,10 @@ class RedisClient:
             )
         return self._stream.lend()
 
+    def lost_lent_session(self, reason: str) -> None:
+        """The core lost the lent session: report it and allow a reconnect (``LendsSockets``)."""
+        self._stream.lost_while_lent(reason)
+
     def _prefix_for(self, topic: str) -> Callable[[int], bytes]:
         """The publishing role for ``topic`` and its ``PUBLISH`` prefix by payload size."""
         if self._role == "subscriber":

@@ -452,6 +452,12 @@ class StreamConnection(asyncio.Protocol):
         self._open = False
         return fd
 
+    def lost_while_lent(self, reason: str) -> None:
+        """The borrower lost the lent session (``reason``): drop this side too, so the loss
+        is reported as any other (``Disconnected``) and the client can connect again."""
+        self.loss_reason = reason
+        self.abort()
+
     @property
     def lent(self) -> bool:
         """True once the session was lent (``lend``): ``send`` refuses messages."""

@@ -33,6 +33,8 @@ which otherwise shows up as extra QoS 0 loss charged to the broker."""
 Role = Literal["sub", "pub"]
 ClientKey = tuple[Role, int]
 """A client of the worker: its role and its cell-wide index."""
+DeliverySink = Callable[[int, int, int, int, int], None]
+"""Records one delivery: ``(t_sent, t_recv, pub, sub, seq)``."""
 
 
 class ClientPool:
@@ -66,10 +68,25 @@ class ClientPool:
         """Clients closed on purpose (churn); they are not reconnected automatically."""
         self._reconnecting: set[ClientKey] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.on_reconnected: Callable[[ClientKey, Client], None] | None = None
+        """Called with a client this pool reconnected (the compiled core takes it back)."""
+        self._record_delivery: DeliverySink = deliveries.append_delivery
 
     def all(self) -> list[Client | None]:
         """Publishers then subscribers (None: never connected)."""
         return self.publishers + self.subscribers
+
+    def client(self, key: ClientKey) -> Client | None:
+        """The client of ``key`` (None: never connected)."""
+        role, index = key
+        specs, clients = self._slot(role)
+        return clients[index - specs[0].index] if specs else None
+
+    def divert_deliveries(self, sink: DeliverySink) -> None:
+        """Subscriptions made from now on record their deliveries with ``sink``
+        (``sink(t_sent, t_recv, pub, sub, seq)``) instead of the deliveries writer, which
+        the compiled core borrowed."""
+        self._record_delivery = sink
 
     # -- connecting ------------------------------------------------------------------
 
@@ -149,7 +166,7 @@ class ClientPool:
 
     def _delivery_handler(self, sub: int) -> MessageHandler:
         unpack = HEADER.unpack_from
-        append = self.deliveries.append_delivery
+        append = self._record_delivery
 
         def on_message(payload: memoryview | bytes, t_recv: int) -> None:
             pub, seq, t_sent, _ = unpack(payload)
@@ -233,11 +250,13 @@ class ClientPool:
                     return
                 attempts += 1
                 try:
-                    clients[k] = await self.reopen(specs[k], clients[k])
+                    client = clients[k] = await self.reopen(specs[k], clients[k])
                 except TransportError:
                     delay = min(delay * 2, self.plan.reconnect_max_s)
                     continue
                 outage = time.monotonic() - lost_at
+                if self.on_reconnected is not None:
+                    self.on_reconnected(key, client)
                 self.reconnects += 1
                 self.outage_total_s += outage
                 self.outage_max_s = max(self.outage_max_s, outage)

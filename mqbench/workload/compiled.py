@@ -7,11 +7,17 @@ which runs on a thread of its own (the GIL released) until the worker stops: the
 open-loop schedule, the receive loop and the records, byte for byte the Python engine's.
 This module is the one place that imports ``mqbench_core``; it reads the core's counters
 back into the same ``WorkerStats`` fields the Python engine fills.
+
+A connection the core loses goes back to its client (``lost_lent_session``), which reports
+the disconnection as on the Python engine, so the pool reconnects it with the same backoff
+and ``client_reconnected`` event; the new session is lent to the core again
+(``Core.readopt``), with the deliveries its client recorded between subscribing and lending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -19,14 +25,17 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from mqbench.errors import MqbenchError, TransportError
-from mqbench.records.events import EventKind, EventSink
+from mqbench.records.events import EventSink
+from mqbench.records.format import encode_latency, pack_record
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, LendsSockets, max_pending_bytes
+from mqbench.workload.client_pool import ClientKey, ClientPool
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publish_loop import ScheduleStats
 
 PUBLISHED_POLL_S = 0.02
-"""How often the worker looks whether the core handed out its whole schedule."""
+"""How often the worker looks whether the core handed out its whole schedule, and for
+connections the core lost."""
 STOP_JOIN_S = 10.0
 """How long stopping waits for the core's thread (it returns within 50 ms)."""
 
@@ -39,7 +48,6 @@ class CoreCounts:
     user_stamped_reads: int = 0
     sends_refused: int = 0
     pending_write_bytes: int = 0
-    disconnects: int = 0
 
 
 class CompiledPublishing:
@@ -61,6 +69,9 @@ class CompiledPublishing:
         self._failure: BaseException | None = None
         self._stats: dict[str, int] = {}
         self._stopped = False
+        self._watcher: asyncio.Task[None] | None = None
+        self._held = bytearray()
+        """Deliveries of reconnected clients not yet handed to the core (packed records)."""
 
     # -- the counters the worker reports ----------------------------------------------
 
@@ -104,24 +115,16 @@ class CompiledPublishing:
             user_stamped_reads=s.get("user_reads", 0),
             sends_refused=s.get("send_refused", 0),
             pending_write_bytes=s.get("pending_bytes", 0),
-            disconnects=s.get("disconnects", 0),
         )
 
     def refresh(self) -> None:
-        """Read the core's counters now; the record writers adopt its record counts and a
-        lost connection becomes a warning event."""
+        """Read the core's counters now; the record writers adopt its record counts."""
         core = self._core
         if core is None:
             return
         self._stats = s = cast(dict[str, int], core.stats())
         self.deliveries.adopt(s["deliveries"], s["deliveries_written"], s["deliveries_errno"])
         self.sends.adopt(s["sends"], s["sends_written"], s["sends_errno"])
-        for role, index, reason in core.take_lost():
-            who = "subscriber" if role == "sub" else "publisher"
-            self.event(
-                EventKind.WARNING,
-                message=f"the compiled core lost {who} {index}: {reason} (it does not reconnect)",
-            )
 
     def cpu_fraction(self) -> float | None:
         """Share of a core the worker process was busy while publishing, spin excluded."""
@@ -136,19 +139,18 @@ class CompiledPublishing:
 
     # -- running ------------------------------------------------------------------------
 
-    async def run(
-        self,
-        start_ns: int,
-        publishers: Sequence[Client | None],
-        subscribers: Sequence[Client | None],
-    ) -> None:
+    async def run(self, start_ns: int, pool: ClientPool) -> None:
         """Lend every session to the core, start it, and return once it handed out the
-        whole schedule (it keeps receiving until ``stop``)."""
+        whole schedule (it keeps receiving until ``stop``, and sessions the pool
+        re-establishes are lent to it again)."""
         self._core = core = self._build(start_ns)
         try:
-            self._lend(core, publishers, subscribers)
+            self._lend(core, pool.publishers, pool.subscribers)
         except TransportError as exc:
             raise MqbenchError(f"worker {self.plan.worker}: compiled core: {exc}") from None
+        pool.divert_deliveries(self._hold_delivery)
+        pool.on_reconnected = self._relend
+        self._watcher = asyncio.create_task(self._watch_lost(pool))
         self._thread = threading.Thread(target=self._run_core, name="mqbench-core", daemon=True)
         self._thread.start()
         while not core.published and self._thread.is_alive() and not self._stopped:
@@ -158,18 +160,62 @@ class CompiledPublishing:
             raise MqbenchError(f"worker {self.plan.worker}: compiled core: {self._failure}")
 
     def stop(self) -> None:
-        """Ask the core to return (the worker is stopping)."""
+        """Ask the core to return (the worker is stopping); deliveries held for it are
+        handed over first, so it writes them before it ends."""
         self._stopped = True
-        if self._core is not None:
-            self._core.stop()
+        core = self._core
+        if core is not None:
+            if self._held:
+                core.readopt("sub", 0, -1, bytes(self._held))
+                self._held.clear()
+            core.stop()
 
     async def finish(self) -> None:
         """Stop the core, wait for its thread and read its last counters."""
         self.stop()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         thread = self._thread
         if thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, thread.join, STOP_JOIN_S)
         self.refresh()
+
+    # -- connections the core lost --------------------------------------------------------
+
+    async def _watch_lost(self, pool: ClientPool) -> None:
+        """Hand each connection the core lost back to its client: the client reports the
+        loss, and the pool reconnects it as on the Python engine."""
+        core = self._core
+        while True:
+            await asyncio.sleep(PUBLISHED_POLL_S)
+            for role, index, reason in core.take_lost():
+                client = pool.client((role, index))
+                if client is not None:
+                    cast(LendsSockets, client).lost_lent_session(reason)
+
+    def _relend(self, key: ClientKey, client: Client) -> None:
+        """Lend a client the pool reconnected back to the core (``ClientPool.on_reconnected``),
+        with the deliveries its client recorded since it subscribed again."""
+        core = self._core
+        if core is None or self._stopped:
+            return
+        lender = cast(LendsSockets, client)
+        try:
+            fd = lender.lend_socket()
+        except TransportError as exc:  # e.g. part of a frame read: drop it, reconnect again
+            lender.lost_lent_session(f"the new session could not be lent: {exc}")
+            return
+        role, index = key
+        core.readopt(role, index, fd, bytes(self._held))
+        self._held.clear()
+
+    def _hold_delivery(self, t_sent: int, t_recv: int, pub: int, sub: int, seq: int) -> None:
+        """A delivery a reconnected client received before its session was lent again: the
+        core writes it (``readopt``), since the deliveries file is lent to the core."""
+        self._held += pack_record(t_sent, encode_latency(t_recv - t_sent), pub, sub, seq)
 
     def _run_core(self) -> None:
         try:

@@ -3,10 +3,11 @@
 The compiled core (``mqbench_core``, built by ``scripts/install.sh`` from ``core/``) serves
 a cell when its client declares a compiled session framing
 (``TransportCapabilities.compiled``) and the cell needs nothing the core does not do:
-QoS 0, plain TCP, no faults or churn (the core does not reconnect), the local engine and
-the timerfd timer. Everything else runs on the Python engine. The choice is a pure
-function of the scenario, the cell, the client's capabilities and whether the core is
-installed (:func:`core_version`), made once in the parent and recorded per cell
+QoS 0, plain TCP, no faults or churn (a lost connection is reconnected and lent to the
+core again, but closing clients on purpose and the fault proxy are the Python engine's),
+the local engine and the timerfd timer. Everything else runs on the Python engine. The
+choice is a pure function of the scenario, the cell, the client's capabilities and whether
+the core is installed (:func:`core_version`), made once in the parent and recorded per cell
 (``records.hot_path.HotPathEntry``); ``run --dry-run`` prints it.
 """
 
@@ -51,8 +52,8 @@ def unserved_because(
         (capabilities.compiled is None, f"client {cell.client or 'default'} has no compiled path"),
         (cell.qos != 0, f"QoS {cell.qos} (the core sends QoS 0 only)"),
         (scenario.security.tls, "TLS (the core reads plain TCP)"),
-        (scenario.faults is not None, "faults (the core does not reconnect)"),
-        (cell.churn is not None, "churn (the core does not reconnect)"),
+        (scenario.faults is not None, "faults (the fault proxy runs with the Python engine)"),
+        (cell.churn is not None, "churn (the core does not close clients on purpose)"),
         (generator.distributed, "distributed load (Spark tasks run the Python engine)"),
         (generator.timer == "loop", "timer: loop (the core uses timerfd)"),
     ]

@@ -130,7 +130,6 @@ class WorkerReport:
             self._client_totals = count_clients(pool.all())
         connected, pending, puback, refused = self._client_totals
         kernel_stamped, user_stamped = count_stamps(pool.all()) if fresh else (0, 0)
-        connected -= core.disconnects
         pending += core.pending_write_bytes
         refused += core.sends_refused
         kernel_stamped += core.kernel_stamped_reads
@@ -161,7 +160,7 @@ class WorkerReport:
             connect_failed=pool.connect_failed,
             first_connect_error=pool.first_connect_error,
             connected_ns=pool.connected_ns,
-            disconnects=pool.disconnects + core.disconnects,
+            disconnects=pool.disconnects,
             reconnects=pool.reconnects,
             qos_downgraded=pool.qos_downgraded,
             publish_qos2_acked_as_qos1=puback,

@@ -207,7 +207,7 @@ class Worker:
         """Hand out the schedule on the chosen hot path (``plan.hot_path``)."""
         publishing, pool = self.publishing, self.pool
         if isinstance(publishing, CompiledPublishing):
-            await publishing.run(start_ns, pool.publishers, pool.subscribers)
+            await publishing.run(start_ns, pool)
         else:
             await publishing.run(start_ns, pool.publishers)
 

@@ -55,7 +55,7 @@ def test_a_plain_qos0_cell_of_a_lean_client_runs_on_the_compiled_core() -> None:
         ({"security": {"tls": True}}, "TLS (the core reads plain TCP)"),
         (
             {"workload": {"churn": {"every": "2s", "downtime": "1s", "fraction": 0.5}}},
-            "churn (the core does not reconnect)",
+            "churn (the core does not close clients on purpose)",
         ),
         ({"generator": {"timer": "loop"}}, "timer: loop (the core uses timerfd)"),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import socket
 from typing import Any
 
@@ -246,3 +247,47 @@ def test_a_drop_stays_unexpected_when_close_comes_before_the_socket_is_gone() ->
     assert [type(e) for e in events] == [ProtocolError, Disconnected]
     assert events[1].expected is False
     assert events[1].reason == "stale connection: no reply to 2 keepalive PINGs"
+
+
+class LendableTransport(FakeTransport):
+    """A fake transport over a real socket, so the session can be lent (``lend`` dups it)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.sock if name == "socket" else default
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+
+def test_a_session_the_borrower_lost_is_reported_as_an_unexpected_disconnection() -> None:
+    # the compiled core lost the lent socket: the client reports the loss as any other, so
+    # the pool reconnects it, and the stream can connect again
+    events: Events = []
+    near, far = socket.socketpair()
+
+    async def scenario() -> tuple[LendableTransport, StreamConnection]:
+        stream = make_stream(events)
+        transport = LendableTransport(near)
+        stream.connection_made(transport)  # type: ignore[arg-type]
+        stream.established()
+        os.close(stream.lend())
+        assert stream.lent and not transport.reading
+        stream.lost_while_lent("connection closed by the server")
+        stream.connection_lost(None)  # what asyncio does after the abort
+        return transport, stream
+
+    try:
+        transport, stream = asyncio.run(scenario())
+    finally:
+        near.close()
+        far.close()
+    assert transport.aborted
+    assert [(type(e), e.reason, e.expected) for e in events if isinstance(e, Disconnected)] == [
+        (Disconnected, "connection closed by the server", False)
+    ]
+    assert not stream.connected and stream.loss_reason == "connection closed by the server"
