@@ -187,6 +187,41 @@ def test_a_lost_connection_turns_later_sends_into_failed_records_and_is_reported
     assert reasons["sub"] == "connection closed by the server"
 
 
+def test_a_lost_connection_lent_again_is_taken_over_and_held_deliveries_are_written(
+    tmp_path: Path,
+) -> None:
+    # the Python side reconnects a lost client and lends the new session back (readopt):
+    # sends go out on it again, and deliveries its client received meanwhile are written
+    held = pack_record(123, 4, 0, 7, 99)
+    frame = len(publish_prefix(TOPIC, PAYLOAD, 0)) + PAYLOAD
+    with Harness(tmp_path, publishers=1, messages=100, rate=50.0) as h:
+        read_exactly(h.pubs[0][1], frame)
+        h.pubs[0][1].close()  # the broker's side goes away
+        deadline = time.monotonic() + 5
+        lost: list[tuple[str, int, str]] = []
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+            lost = h.core.take_lost()
+        assert [role for role, _, _ in lost] == ["pub"]
+        near, far = tcp_pair()
+        try:
+            h.core.readopt("pub", 0, os.dup(near.fileno()), b"")
+            h.core.readopt("sub", 7, -1, held)
+            again = read_exactly(far, frame)
+            stats = h.stop()
+        finally:
+            near.close()
+            far.close()
+    assert again[: len(h.head)] == h.head
+    sends = np.fromfile(tmp_path / "sends-0.bin", dtype=RECORD_DTYPE)
+    flags = sends["sub"].tolist()
+    assert flags[0] == SEND_OK and SEND_FAILED in flags
+    assert SEND_OK in flags[flags.index(SEND_FAILED) :]  # sending again after the loss
+    assert stats["disconnects"] == 1 and stats["connected"] == 2
+    deliveries = (tmp_path / "deliveries-0.bin").read_bytes()
+    assert deliveries == held
+
+
 def keys_of(records: np.ndarray) -> list[tuple[int, int, int]]:
     return list(zip(*(records[k].tolist() for k in ("pub", "sub", "seq")), strict=True))
 
@@ -236,3 +271,69 @@ def test_the_same_cell_on_both_engines_leaves_the_same_records_and_counts(
     assert summaries[0].received == summaries[1].received
     assert py_cell.generator is not None and c_cell.generator is not None
     assert c_cell.generator.workers[0].sent == py_cell.generator.workers[0].sent
+
+
+KILLED = """\
+name: killed
+targets: redis
+runtime: external
+broker: {{port: {port}, pid: {pid}}}
+workload: {{pairs: 4, rate: 50, payload: 100B, qos: 0, warmup: 1s, duration: 4s, drain: 1s}}
+generator: {{workers: 1, layout: shared, hot_path: compiled}}
+"""
+
+
+def kill_subscribers_once_sending(port: int, out: Path, killed: list[tuple[int, bytes]]) -> None:
+    """Once the cell sends (its send records grow) and 1.5 s more, have Redis drop every
+    subscriber connection (``CLIENT KILL TYPE pubsub``): a broker-side disconnect."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(f.stat().st_size > 0 for f in out.glob("*/*/cells/*/sends-0.bin")):
+            break
+        time.sleep(0.05)
+    time.sleep(1.5)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        killed.append((time.time_ns(), b""))
+        sock.sendall(b"*4\r\n$6\r\nCLIENT\r\n$4\r\nKILL\r\n$4\r\nTYPE\r\n$6\r\npubsub\r\n")
+        killed[0] = (killed[0][0], sock.recv(64))
+
+
+def test_subscribers_the_broker_drops_during_a_compiled_cell_are_reconnected(
+    tmp_path: Path, module_broker: Any
+) -> None:
+    # on the Python engine a lost client reconnects; on the core it did not, so the rest of
+    # the cell's messages to it were read as the broker's loss
+    broker = module_broker("redis")
+    path, out = tmp_path / "killed.yaml", tmp_path / "out"
+    path.write_text(KILLED.format(port=broker.endpoint.port, pid=broker.pids[0]))
+    killed: list[tuple[int, bytes]] = []
+    killer = threading.Thread(
+        target=kill_subscribers_once_sending, args=(broker.endpoint.port, out, killed)
+    )
+    killer.start()
+    try:
+        result = runner.invoke(app, ["run", str(path), "--out", str(out), "--no-analyze"])
+    finally:
+        killer.join(70)
+    assert result.exit_code == 0, result.output
+    ((t_kill, reply),) = killed
+    assert reply == b":4\r\n"  # the four subscribers were dropped
+    (manifest,) = out.glob("*/*/manifest.json")
+    (cell,) = json.loads(manifest.read_text())["cells"]
+    entry = CellEntry.from_dict(cell)
+    assert entry.hot_path is not None and entry.hot_path.engine == "compiled"
+    cell_dir = manifest.parent / "cells" / cell["id"]
+    events = [json.loads(line) for line in (cell_dir / "events.jsonl").read_text().splitlines()]
+    back = [e for e in events if e["kind"] == "client_reconnected"]
+    assert sorted(e["role"] for e in back) == ["sub"] * 4
+    deliveries = np.fromfile(cell_dir / "deliveries-0.bin", dtype=RECORD_DTYPE)
+    after = deliveries[deliveries["t_sent"] > t_kill + 1_000_000_000]
+    assert sorted(set(after["sub"].tolist())) == [0, 1, 2, 3]  # every one receives again
+    assert entry.generator is not None
+    (worker,) = entry.generator.workers
+    assert worker.disconnects == worker.reconnects == 4
+    summary = analyze_cell_numpy(entry, cell_dir)
+    assert summary.lost < 0.05 * summary.expected  # the outage's, not the rest of the cell
+    for kind in ("sends", "deliveries"):
+        check = check_record_file(cell_dir / f"{kind}-0.bin")
+        assert check.closed and not check.truncated, check.describe()
