@@ -52,6 +52,10 @@ pub struct Config {
     pub kernel_stamps: bool,
     pub keepalive_ns: i64,
     pub max_pending_bytes: usize,
+    /// Sends due within this window after the first due one leave with it, so one wake-up
+    /// serves them all; each is up to this much later than intended (its send lag says
+    /// so). 0: every send at its due time (docs/performance.md).
+    pub coalesce_ns: i64,
 }
 
 /// Counters the Python side reads while the loop runs (cumulative; relaxed atomics).
@@ -246,7 +250,8 @@ impl Engine {
                     0
                 }
                 Next::Sleep | Next::Finished if self.cfg.kernel_stamps => {
-                    hold_reads(&mut publish, last_wait, &self.shared);
+                    let hold_ns = RECEIVE_HOLD_NS.max(self.cfg.coalesce_ns);
+                    hold_reads(&mut publish, last_wait, hold_ns, &self.shared);
                     0
                 }
                 Next::Sleep | Next::Finished => IDLE_WAIT_MS,
@@ -347,8 +352,9 @@ impl Engine {
             let due = p.schedule.next_due_ns();
             let wait = due - now;
             if wait > 0 {
-                if wait > p.margin.value_ns + MIN_SLEEP_NS {
-                    let at = due - p.margin.value_ns;
+                let coalesce = self.cfg.coalesce_ns;
+                if wait + coalesce > p.margin.value_ns + MIN_SLEEP_NS {
+                    let at = due + coalesce - p.margin.value_ns;
                     p.armed_at = Some(at);
                     if !self.cfg.kernel_stamps {
                         timer.arm_at(at); // else `hold_reads` sleeps until `at` itself
@@ -623,11 +629,11 @@ fn describe(err: &std::io::Error) -> String {
 }
 
 /// With kernel stamps: sleep until the next wake-up the schedule needs, but at least until
-/// `RECEIVE_HOLD_NS` after the last wait returned, and no longer than that when nothing is
-/// due; then the caller polls every socket at once. One sleep per iteration, no wake-up
+/// `hold_ns` (`RECEIVE_HOLD_NS`, or the send coalescing window if longer) after the last wait
+/// returned, and no longer than that when nothing is due; then the caller polls every socket at once. One sleep per iteration, no wake-up
 /// per read: the kernel stamped each read already, so holding it back changes no stamp.
-fn hold_reads(p: &mut PublishState, last_wait: i64, shared: &Shared) {
-    let hold_end = last_wait + RECEIVE_HOLD_NS;
+fn hold_reads(p: &mut PublishState, last_wait: i64, hold_ns: i64, shared: &Shared) {
+    let hold_end = last_wait + hold_ns;
     let until = p.armed_at.map_or(hold_end, |at| at.min(hold_end));
     if until > sys::realtime_ns() {
         sys::sleep_until_realtime(until);

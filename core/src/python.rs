@@ -26,7 +26,7 @@ impl Core {
     #[pyo3(signature = (
         protocol, deliveries_fd, sends_fd, start_ns, rate, publishers_total, first, last,
         messages_per_publisher, payload_bytes, spin_ns, late_threshold_ns, kernel_stamps,
-        keepalive_s, max_pending_bytes
+        keepalive_s, max_pending_bytes, coalesce_ns = 0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -45,6 +45,7 @@ impl Core {
         kernel_stamps: bool,
         keepalive_s: f64,
         max_pending_bytes: usize,
+        coalesce_ns: i64,
     ) -> PyResult<Self> {
         let protocol = Protocol::from_name(protocol)
             .ok_or_else(|| PyValueError::new_err(format!("no compiled path for {protocol:?}")))?;
@@ -65,6 +66,7 @@ impl Core {
             kernel_stamps,
             keepalive_ns: (keepalive_s * 1e9) as i64,
             max_pending_bytes,
+            coalesce_ns: coalesce_ns.max(0),
         };
         let shared = Arc::new(Shared::default());
         let engine = Engine::new(cfg, shared.clone(), deliveries_fd, sends_fd);
