@@ -168,6 +168,8 @@ def scenario_data(args: argparse.Namespace, pairs: int, port: int, pid: int, eng
         generator["workers"] = int(args.workers)
     if engine != "default":
         generator["hot_path"] = engine
+    if args.coalesce_us:
+        generator["coalesce_us"] = args.coalesce_us
     return {
         "name": "paper-topology",
         "runtime": "external",
@@ -256,6 +258,12 @@ def main() -> None:
     parser.add_argument("--realtime", default="auto", choices=["auto", "on", "off"])
     parser.add_argument(
         "--engine", default="default", help="comma separated generator.hot_path values, run in turn"
+    )
+    parser.add_argument(
+        "--coalesce-us",
+        type=float,
+        default=0.0,
+        help="generator.coalesce_us (compiled core: sends due within this window leave together)",
     )
     parser.add_argument("--broker-cpu", type=int, default=0)
     parser.add_argument("--generator-cpu", type=int, default=1)

@@ -250,6 +250,15 @@ class Generator(_Strict):
         "is installed, else python; compiled refuses a run with a cell it cannot serve; "
         "each cell's choice and why is in the manifest (docs/performance.md)",
     )
+    coalesce_us: float = Field(
+        default=0.0,
+        ge=0,
+        le=5000,
+        description="compiled core: sends due within this many microseconds after the "
+        "first due one leave with it, so one wake-up serves them (each is up to this much "
+        "later than intended, which send lag shows); 0 sends each at its due time; the "
+        "Python engine always does (docs/performance.md)",
+    )
     reconnect_max: float = Field(
         default=0.1,
         gt=0,

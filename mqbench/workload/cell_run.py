@@ -303,6 +303,7 @@ class CellRun:
             security=self.ctx.security.client,
             realtime=timing.settings,
             hot_path=self.hot_path.engine,
+            coalesce_ns=int(generator.coalesce_us * 1e3),
         )
         if generator.distributed:
             self.stage = _spark_stage(scenario, cell, self.topology.routes, plans)

@@ -245,6 +245,7 @@ class CompiledPublishing:
             plan.receive_stamp == "kernel",
             options.keepalive_s,
             max_pending_bytes(options),
+            plan.coalesce_ns,
         )
 
     def _lend(

@@ -83,6 +83,9 @@ class WorkerPlan:
     hot_path: HotPathEngine = "python"
     """What runs the publish and receive loop (``workload.hot_path``): the compiled core
     or the Python engine."""
+    coalesce_ns: int = 0
+    """Compiled core: sends due within this window after the first leave with it
+    (``generator.coalesce_us``)."""
 
     @property
     def pub_range(self) -> tuple[int, int]:
@@ -207,6 +210,7 @@ def build_worker_plans(
     security: ClientSecurity | None = None,
     realtime: RealtimeSettings | None = None,
     hot_path: HotPathEngine = "python",
+    coalesce_ns: int = 0,
 ) -> list[WorkerPlan]:
     """Shard a cell over worker processes.
 
@@ -273,6 +277,7 @@ def build_worker_plans(
                 security=security,
                 realtime=realtime,
                 hot_path=hot_path,
+                coalesce_ns=coalesce_ns,
             )
         )
     return plans

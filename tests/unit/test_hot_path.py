@@ -156,5 +156,13 @@ def test_the_worker_plans_carry_the_chosen_engine() -> None:
         spin_ns=0,
         late_threshold_ns=1,
         hot_path="compiled",
+        coalesce_ns=250_000,
     )
     assert [p.hot_path for p in plans] == ["compiled", "compiled"]
+    assert [p.coalesce_ns for p in plans] == [250_000, 250_000]
+
+
+@pytest.mark.parametrize("value", [-1, 5001])
+def test_a_send_coalescing_window_outside_0_to_5_ms_is_refused(value: int) -> None:
+    with pytest.raises(ScenarioError, match="coalesce_us"):
+        scenario(generator={"coalesce_us": value})
