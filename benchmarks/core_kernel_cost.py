@@ -99,6 +99,7 @@ class Snapshot:
     broker: tuple[float, float]
     switches: int
     irqs: dict[str, int]
+    softirq: dict[int, float]
     stats: dict[str, int]
 
 
@@ -129,6 +130,17 @@ def interrupts() -> dict[str, int]:
     return counts
 
 
+def softirq_seconds() -> dict[int, float]:
+    """Softirq time of each CPU (``/proc/stat``; with tick accounting it is also in the
+    system time of whichever process the softirq interrupted or ran inside)."""
+    seconds: dict[int, float] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            seconds[int(name[3:])] = int(values[6]) / CLK_TCK
+    return seconds
+
+
 def snapshot(broker_pid: int, core: Any) -> Snapshot:
     return Snapshot(
         time.monotonic(),
@@ -136,6 +148,7 @@ def snapshot(broker_pid: int, core: Any) -> Snapshot:
         cpu_times(broker_pid),
         context_switches("self"),
         interrupts(),
+        softirq_seconds(),
         dict(core.stats()),
     )
 
@@ -297,7 +310,7 @@ def send_lag_us(
     return float(np.percentile(lag, 50)), float(np.percentile(lag, 99))
 
 
-def row(coalesce_us: float, step: dict[str, Any]) -> str:
+def row(coalesce_us: float, step: dict[str, Any], cpus: tuple[int, int]) -> str:
     first, last = step["first"], step["last"]
     delivered = last.stats["deliveries"] - first.stats["deliveries"]
     seconds = last.t - first.t
@@ -307,6 +320,7 @@ def row(coalesce_us: float, step: dict[str, Any]) -> str:
     me_u, me_s = (b - a for a, b in zip(first.me, last.me, strict=True))
     br_u, br_s = (b - a for a, b in zip(first.broker, last.broker, strict=True))
     irq = {k: (last.irqs.get(k, 0) - first.irqs.get(k, 0)) / delivered for k in IRQS}
+    soft = [(last.softirq[c] - first.softirq[c]) * per for c in cpus]
     wakeups = (last.stats["wakeups"] - first.stats["wakeups"]) / delivered
     switches = (last.switches - first.switches) / delivered
     calls = step["syscalls"]
@@ -315,7 +329,8 @@ def row(coalesce_us: float, step: dict[str, Any]) -> str:
     p50, p99 = step["lag"]
     return (
         f"{coalesce_us:>8g} {delivered / seconds:>8,.0f} {me_u * per:>6.1f} {me_s * per:>6.1f} "
-        f"{br_u * per:>6.1f} {br_s * per:>6.1f} {wakeups:>6.2f} {switches:>6.2f} "
+        f"{br_u * per:>6.1f} {br_s * per:>6.1f} {soft[0]:>6.1f} {soft[1]:>6.1f} "
+        f"{wakeups:>6.2f} {switches:>6.2f} "
         f"{total:>6.2f} {sys_cols} "
         + " ".join(f"{irq[k]:>5.2f}" for k in IRQS)
         + f" {p50:>8.0f} {p99:>8.0f}"
@@ -324,6 +339,7 @@ def row(coalesce_us: float, step: dict[str, Any]) -> str:
 
 HEADER = (
     f"{'coal µs':>8} {'msg/s':>8} {'core u':>6} {'core s':>6} {'brk u':>6} {'brk s':>6} "
+    f"{'sirq g':>6} {'sirq b':>6} "
     f"{'wakes':>6} {'ctxsw':>6} {'calls':>6} "
     + " ".join(f"{n[:6]:>6}" for n in SYSCALLS)
     + " "
@@ -353,8 +369,9 @@ def main() -> None:
             print(
                 f"mosquitto pid {pid} on CPU {args.broker_cpu}, core on CPU {args.generator_cpu};"
                 f" {args.pairs} pairs x {args.rate:g} msg/s, {args.payload} B, QoS 0; "
-                "per delivered message: CPU µs (user, system), wake-ups, context switches, "
-                "system calls, interrupts (both CPUs); send lag µs",
+                "per delivered message: CPU µs (core and broker, user and system; softirq "
+                "time of the generator's and the broker's CPU), the core's wake-ups, context "
+                "switches, system calls, interrupts (both CPUs); send lag µs",
                 flush=True,
             )
             print(HEADER, flush=True)
@@ -364,7 +381,7 @@ def main() -> None:
                 folder = root / f"step-{value:g}"
                 folder.mkdir()
                 step = asyncio.run(run_step(args, port, pid, value, folder))
-                print(row(value, step), flush=True)
+                print(row(value, step, (args.generator_cpu, args.broker_cpu)), flush=True)
                 if step["hot"]:
                     print(step["hot"], flush=True)
                 shutil.rmtree(folder, ignore_errors=True)
