@@ -11,6 +11,7 @@ engines back to back against the same broker, so their ratio is measured side by
 
     .venv/bin/python benchmarks/paper_topology.py --pairs 1000,2000,4000,8000
     .venv/bin/python benchmarks/paper_topology.py --pairs 8000 --engine python,compiled
+    .venv/bin/python benchmarks/paper_topology.py --pairs 4000 --engine compiled,compiled@1000
 
 The load average is printed before every step: on a loaded machine compare engines
 within one invocation, never across invocations.
@@ -166,10 +167,11 @@ def scenario_data(args: argparse.Namespace, pairs: int, port: int, pid: int, eng
     }
     if args.workers != "auto":
         generator["workers"] = int(args.workers)
-    if engine != "default":
-        generator["hot_path"] = engine
-    if args.coalesce_us:
-        generator["coalesce_us"] = args.coalesce_us
+    name, _, coalesce_us = engine.partition("@")
+    if name != "default":
+        generator["hot_path"] = name
+    if coalesce_us:
+        generator["coalesce_us"] = float(coalesce_us)
     return {
         "name": "paper-topology",
         "runtime": "external",
@@ -222,7 +224,7 @@ def verdict(s: CellSummary) -> str:
 
 
 HEADER = (
-    f"{'pairs':>6} {'engine':>9} {'offered':>8} {'deliv/s':>8} {'genCPU':>6} {'brkCPU':>11} "
+    f"{'pairs':>6} {'engine':>13} {'offered':>8} {'deliv/s':>8} {'genCPU':>6} {'brkCPU':>11} "
     f"{'us/msg usr+sys':>15} {'lag p99':>8} {'p50 ms':>7} {'p99 ms':>7}  verdict"
 )
 
@@ -237,8 +239,10 @@ def row(pairs: int, engine: str, s: CellSummary, entry: CellEntry, cpu: tuple) -
     lat, lag = s.latency, s.send_lag
     brk = f"{s.broker_cpu_cores_mean or 0:.2f}/{s.broker_cpu_cores_max or 0:.2f}"
     ran = entry.hot_path.engine if entry.hot_path else engine
+    if "@" in engine:
+        ran += "@" + engine.partition("@")[2]
     return (
-        f"{pairs:>6} {ran:>9} {s.offered_rate or 0:>8,.0f} {delivered:>8,.0f} "
+        f"{pairs:>6} {ran:>13} {s.offered_rate or 0:>8,.0f} {delivered:>8,.0f} "
         f"{s.generator_cpu_cores_mean or 0:>6.2f} {brk:>11} {per_msg:>15} "
         f"{(lag.p99_us if lag else 0) / 1e3:>8.2f} {(lat.p50_us if lat else 0) / 1e3:>7.2f} "
         f"{(lat.p99_us if lat else 0) / 1e3:>7.2f}  {verdict(s)}"
@@ -257,13 +261,10 @@ def main() -> None:
     parser.add_argument("--workers", default="auto")
     parser.add_argument("--realtime", default="auto", choices=["auto", "on", "off"])
     parser.add_argument(
-        "--engine", default="default", help="comma separated generator.hot_path values, run in turn"
-    )
-    parser.add_argument(
-        "--coalesce-us",
-        type=float,
-        default=0.0,
-        help="generator.coalesce_us (compiled core: sends due within this window leave together)",
+        "--engine",
+        default="default",
+        help="comma separated generator.hot_path values, run in turn; compiled@1000 adds "
+        "generator.coalesce_us: 1000",
     )
     parser.add_argument("--broker-cpu", type=int, default=0)
     parser.add_argument("--generator-cpu", type=int, default=1)
@@ -291,7 +292,7 @@ def main() -> None:
                     print(f"# load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
                     step = run_step(args, pairs, port, pid, engine, root / f"{pairs}-{engine}")
                     if step is None:
-                        print(f"{pairs:>6} {engine:>9} cell did not complete", flush=True)
+                        print(f"{pairs:>6} {engine:>13} cell did not complete", flush=True)
                         continue
                     print(row(pairs, engine, *step), flush=True)
                     shutil.rmtree(root / f"{pairs}-{engine}", ignore_errors=True)
