@@ -1,10 +1,11 @@
 """Topologies (docs/scenarios.md), exact loss accounting, persistence with churn, QoS 2.
 
 The cells the compiled core serves (QoS 0 on mosquitto with the lean client: the pairs,
-fanout and fanin shapes, the saturation search, the scale test) run on both engines
+fanout and fanin shapes, the saturation search) run on both engines
 (``generator.hot_path``) against one mosquitto shared by the module (``runtime:
-external``). The scale test measures 60 s on the compiled core (what ``auto`` picks where
-the core is installed) and 15 s on the Python engine, to bound the suite's time."""
+external``). The 9,000-pairs scale test starts its own broker (18,000 connections need
+the open-files limit ``mqbench run`` gives the brokers it starts) and runs on the engine
+``auto`` picks."""
 
 from __future__ import annotations
 
@@ -214,9 +215,8 @@ def test_saturation_search_stops_at_the_first_unsustainable_step(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("engine", "seconds"), [("compiled", 60), ("python", 15)])
 def test_9000_pairs_on_mosquitto_lose_nothing_without_saturating_the_generator(
-    tmp_path: Path, shared_mosquitto: RunningBroker, engine: str, seconds: int
+    tmp_path: Path,
 ) -> None:
     # The subject is scale: 18,000 connections and 9,000 msg/s, nothing lost, the schedule
     # kept. Sends a few ms late on two cores shared with the broker are a latency question,
@@ -225,14 +225,13 @@ def test_9000_pairs_on_mosquitto_lose_nothing_without_saturating_the_generator(
     # of a core, stalls holding over 1 % of its loop) still fails the test.
     run_dir, (cell,) = run(
         tmp_path,
-        "name: big\n"
-        + on_shared(shared_mosquitto, engine, ", connect_timeout: 30s, max_send_lag_ms: 50")
-        + f"workload: {{pairs: 9000, rate: 1, payload: 64B, warmup: 5s, duration: {seconds}s,"
-        " drain: 10s, connect_rate: 2000}\n",
+        "name: big\ntargets: [mosquitto]\n"
+        "workload: {pairs: 9000, rate: 1, payload: 64B, warmup: 5s, duration: 60s,"
+        " drain: 10s, connect_rate: 2000}\n"
+        "generator: {connect_timeout: 30s, max_send_lag_ms: 50}\n",
     )
     assert cell["params"]["workers"] >= 1
-    assert engine_of(cell) == engine
     summary = analyze_cell_numpy(cell, run_dir / "cells" / cell["id"])
     assert summary.lost == 0
     assert not summary.generator_saturated, summary.generator_reason
-    assert summary.expected >= 9000 * (seconds - 1)
+    assert summary.expected >= 9000 * 59
