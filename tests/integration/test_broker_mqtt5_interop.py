@@ -151,6 +151,13 @@ class Proc:
             self.proc.kill()
             self.proc.wait(5)
 
+    def close(self) -> None:
+        """Kill the process if it still runs, then let the reader finish and close the pipe."""
+        self.kill()
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
 
 def mosquitto(tool: str, broker: RunningBroker, *args: str) -> list[str]:
     # stdbuf: line-buffered stdout, so "received SUBACK" can be waited for through the pipe.
@@ -179,7 +186,7 @@ def procs() -> Iterator[Callable[[list[str]], Proc]]:
 
     yield start
     for proc in started:
-        proc.kill()
+        proc.close()
 
 
 def vanishing_client(
