@@ -13,7 +13,8 @@ cell's generator needs. The rule (docs/performance.md, "Real-time workers"):
 * The broker may run on every CPU (no profile, or a quota without a cpuset): mqbench never
   takes cores from it. Real time only when the generator needs at most
   ``SMALL_SHARE_CORES``: a worker that sleeps most of the time gets the same CPU time
-  under SCHED_FIFO as under SCHED_OTHER, only sooner after each wake-up.
+  under SCHED_FIFO as under SCHED_OTHER, only sooner after each wake-up. A busier one
+  preempts the broker whenever both are runnable, and the broker falls behind.
 * A broker not on this machine: real time, workers not pinned.
 
 The kernel's real-time throttling (``sched_rt_runtime_us``) stays in force: a worker that
@@ -44,9 +45,12 @@ from mqbench.records.timing import (
 
 FIFO_PRIORITY: Final = 1
 """The lowest real-time priority: above every normal task, below every kernel RT thread."""
-SMALL_SHARE_CORES: Final = 0.5
-"""Beside a broker that may use every CPU, real time only for a generator that needs at
-most this many cores (docs/performance.md has the measurements)."""
+SMALL_SHARE_CORES: Final = 0.1
+"""Beside a broker that may use every CPU, real time only for a generator estimated to need
+at most this many cores (``estimate_generator_cores``: 5,000 msg/s per worker with a
+45,000 msg/s ceiling). At 0.5, mosquitto lost to the real-time worker: at 22,627 msg/s
+(estimated 0.45 core, measured 0.69) it delivered 19,872 msg/s with a p50 of 1.2 s against
+all of them at 1.3 ms with real time off (docs/performance.md)."""
 CORE_S_PER_MSG: Final = 100e-6
 """Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
 no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core
