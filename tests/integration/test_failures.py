@@ -131,7 +131,8 @@ def assert_interrupted_with_schedule(out: Path) -> dict:
 
 @pytest.fixture
 def no_leftovers() -> Iterator[list[subprocess.Popen[str]]]:
-    """Runs registered here are killed (whole group) at teardown if a test left them."""
+    """Runs registered here are killed (whole group) at teardown if a test left them, and
+    their output pipes closed (a test that kills a run never reads it to the end)."""
     procs: list[subprocess.Popen[str]] = []
     yield procs
     for proc in procs:
@@ -139,6 +140,8 @@ def no_leftovers() -> Iterator[list[subprocess.Popen[str]]]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # -- a broker that dies --------------------------------------------------------------------

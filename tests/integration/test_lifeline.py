@@ -53,6 +53,9 @@ def test_a_guarded_process_group_dies_when_its_owner_is_killed_and_a_released_on
     finally:
         if helper.poll() is None:
             helper.kill()
+            helper.wait(10)
+        if helper.stdout is not None:
+            helper.stdout.close()
         if released:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(released, signal.SIGKILL)
