@@ -179,8 +179,9 @@ class ProxyProcess:
                 self.process.kill()
                 self.process.wait(STOP_GRACE_S)
         lifeline.release(self.process.pid)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
         return int(self.process.returncode)
 
 
@@ -224,6 +225,7 @@ def start_proxy_process(
         process.kill()
         process.wait(STOP_GRACE_S)
     lifeline.release(process.pid)
+    process.stdout.close()
     if process.stderr is not None:
         lines = process.stderr.read().strip().splitlines()
         err = lines[-1] if lines else ""
