@@ -1,7 +1,13 @@
-"""Runtime registry, availability reasons and native config generation (no broker processes)."""
+"""Runtime registry, availability reasons and native config generation (no broker processes;
+one ``sleep`` stands in for a broker left running)."""
 
 from __future__ import annotations
 
+import gc
+import os
+import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +15,7 @@ import pytest
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.definitions.mosquitto import MosquittoSpec
 from mqbench.brokers.definitions.nats import NatsSpec
+from mqbench.brokers.runtime import native
 from mqbench.brokers.runtime.external import ExternalRuntime
 from mqbench.brokers.runtime.native import NativeRuntime, read_tail
 from mqbench.brokers.runtime.probes import mqtt_connect_packet
@@ -147,3 +154,30 @@ def test_an_unknown_option_named_with_a_newline_is_refused_in_one_line(tmp_path:
         NatsSpec().prepare(Path("x"), tmp_path, "127.0.0.1", 1, {"\n": 1})
     assert str(refused.value).startswith("unknown nats option(s) '\\n' (known: ")
     assert "\n" not in str(refused.value)
+
+
+def test_a_broker_left_running_on_purpose_is_reaped_when_stopped_by_pid_after_its_handle_is_gone(
+    tmp_path: Path,
+) -> None:
+    # ``brokers up`` drops the broker's handle while it runs and ``brokers down`` kills it by
+    # PID, perhaps from the same process: it must neither be reported as a dropped running
+    # child (a ResourceWarning, an error here) nor stay a zombie.
+    request = StartRequest(target="sleep", workdir=tmp_path, outlive_mqbench=True)
+    sleep = Path(shutil.which("sleep") or "/bin/sleep")
+    process = native._spawn("sleep", sleep, [str(sleep), "30"], request, tmp_path / "log", None)
+    pid = process.pid
+    del process
+    gc.collect()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _exists(pid):
+        time.sleep(0.01)
+    assert not _exists(pid)  # killed and reaped: no zombie left behind
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # a zombie still exists until its parent waits for it
+    except ProcessLookupError:
+        return False
+    return True

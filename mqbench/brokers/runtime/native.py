@@ -294,7 +294,9 @@ def _spawn(
                 close_fds=True,
                 preexec_fn=(None if request.outlive_mqbench else lifeline.preexec_die_with_parent),
             )
-            if not request.outlive_mqbench:
+            if request.outlive_mqbench:
+                _reap_when_it_exits(process)
+            else:
                 lifeline.guard(process.pid)
     except OSError as exc:
         if limiter is not None:
@@ -308,6 +310,17 @@ def _spawn(
             lifeline.release(process.pid)
         raise
     return process
+
+
+def _reap_when_it_exits(process: subprocess.Popen[bytes]) -> None:
+    """Wait for a broker left running on purpose (``brokers up``) in a daemon thread.
+
+    Whoever stops it later (``brokers down``, by PID) may be this very process: the thread
+    reaps it then, so it leaves no zombie, and its handle is never dropped while the broker
+    runs (which the interpreter reports as a ``ResourceWarning``: "still running").
+    """
+    name = f"mqbench-reap-{process.pid}"
+    threading.Thread(target=process.wait, name=name, daemon=True).start()
 
 
 class _PortClash(BrokerError):
