@@ -118,10 +118,30 @@ def describe_oserror(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
+class ClosingSSLSocket(ssl_module.SSLSocket):
+    """An ``SSLSocket`` that closes itself when its handshake fails.
+
+    paho-mqtt (and aiomqtt, which runs it) wraps a connected socket and calls
+    ``do_handshake()`` with nothing to close the socket when that raises (an untrusted
+    certificate): the socket was left open to the garbage collector.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        """The handshake; on failure (not a non-blocking "try again") the socket is closed."""
+        try:
+            super().do_handshake(block)
+        except (ssl_module.SSLWantReadError, ssl_module.SSLWantWriteError):
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+
 @functools.lru_cache(maxsize=16)
 def tls_context(tls: ClientTls) -> ssl_module.SSLContext:
     """The client ``SSLContext`` for ``tls`` (one per setting, shared by all clients):
-    verifies the broker's certificate and host name; loads the client certificate.
+    verifies the broker's certificate and host name; loads the client certificate. Sockets
+    it wraps close themselves when their handshake fails (``ClosingSSLSocket``).
 
     Raises ``TransportError`` (CONNECT_FAILED) naming a file that cannot be loaded.
     """
@@ -135,6 +155,7 @@ def tls_context(tls: ClientTls) -> ssl_module.SSLContext:
         raise TransportError(
             f"cannot load TLS files ({files}): {why}", TransportErrorKind.CONNECT_FAILED
         ) from None
+    context.sslsocket_class = ClosingSSLSocket
     return context
 
 
