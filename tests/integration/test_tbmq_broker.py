@@ -266,10 +266,19 @@ def test_persistent_subscriber_gets_all_1000_qos1_messages_in_order_after_reconn
 def test_application_client_gets_its_queue_in_order_from_redis_streams(redis_url: str) -> None:
     with running_broker(app_pattern="app-.*", app_queue="redis-streams", redis_url=redis_url) as t:
         got: list[bytes] = []
-        sub = paho.Client(CallbackAPIVersion.VERSION2, client_id="app-1", clean_session=False)
-        sub.on_message = lambda c, u, m: got.append(m.payload)
-        sub.connect("127.0.0.1", t.port)
-        sub.loop_start()
+
+        def app_client() -> paho.Client:
+            # A new client object per connection: paho's second loop_start() on one client
+            # drops the first one's wake-up socket pair unclosed.
+            client = paho.Client(
+                CallbackAPIVersion.VERSION2, client_id="app-1", clean_session=False
+            )
+            client.on_message = lambda c, u, m: got.append(m.payload)
+            client.connect("127.0.0.1", t.port)
+            client.loop_start()
+            return client
+
+        sub = app_client()
         sub.subscribe("apps/#", qos=1)
         time.sleep(0.3)
         _stop(sub)
@@ -277,8 +286,7 @@ def test_application_client_gets_its_queue_in_order_from_redis_streams(redis_url
         for n in range(50):
             pub.publish("apps/in", str(n).encode(), qos=1).wait_for_publish(5)
         _stop(pub)
-        sub.connect("127.0.0.1", t.port)
-        sub.loop_start()
+        sub = app_client()
         assert _wait_for(lambda: len(got) == 50)
         assert got == [str(n).encode() for n in range(50)]
         _stop(sub)
