@@ -60,9 +60,11 @@ def ensure_images(*targets: str) -> dict[str, BuildResult]:
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> SdkEngine:
-    """An engine that answers (the test fails, never skips, without one)."""
-    return require_engine()
+def docker_engine() -> Iterator[SdkEngine]:
+    """An engine that answers (the test fails, never skips, without one); its SDK
+    connections are closed at the session's end."""
+    with require_engine() as engine:
+        yield engine
 
 
 @pytest.fixture(scope="session")

@@ -109,8 +109,11 @@ def test_a_container_limited_to_one_cpu_stays_near_one_core_under_a_two_core_loa
 
 def throttled_periods(container_id: str) -> int:
     """CFS periods in which the container's quota stopped it (docker stats' throttling data)."""
-    api = docker_sdk.from_env().api
-    stats = api.stats(container_id, stream=False, one_shot=True)
+    client = docker_sdk.from_env()
+    try:
+        stats = client.api.stats(container_id, stream=False, one_shot=True)
+    finally:
+        client.close()
     return int(stats["cpu_stats"]["throttling_data"]["throttled_periods"])
 
 

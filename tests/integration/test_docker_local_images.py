@@ -132,13 +132,13 @@ def nats_run(built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compos
 
 
 def test_local_images_carry_their_own_name_and_the_software_inside(built) -> None:  # type: ignore[no-untyped-def]
-    engine = SdkEngine()
-    for target in ("mosquitto", "nats"):
-        result = built[target]
-        assert result.ref.startswith(f"mqbench-local/{target}:")
-        facts = engine.image(result.ref)
-        assert facts is not None and facts.id == result.image_id
-        assert facts.labels["org.mqbench.recipe"] == target
+    with SdkEngine() as engine:
+        for target in ("mosquitto", "nats"):
+            result = built[target]
+            assert result.ref.startswith(f"mqbench-local/{target}:")
+            facts = engine.image(result.ref)
+            assert facts is not None and facts.id == result.image_id
+            assert facts.labels["org.mqbench.recipe"] == target
     names = {s.name: s.version for s in built["mosquitto"].software}
     policy = subprocess.run(
         ["apt-cache", "policy", "mosquitto"], capture_output=True, text=True, check=True
@@ -226,10 +226,10 @@ def test_selection_falls_back_to_the_local_image_when_the_official_cannot_be_pul
     document = load_compose(compose_dir() / "mosquitto.yaml", {})
     wanted = service_images(document)
     assert wanted == {"mosquitto": "eclipse-mosquitto:2.0.20"}
-    engine = SdkEngine()
-    if engine.image("eclipse-mosquitto:2.0.20") is not None:
-        pytest.skip("the official image is present here, so it is chosen (tested in unit tests)")
-    variables, choices = choose_images(wanted, ImageSelector(engine))
+    with SdkEngine() as engine:
+        if engine.image("eclipse-mosquitto:2.0.20") is not None:
+            pytest.skip("the official image is present here, so it is chosen (unit-tested)")
+        variables, choices = choose_images(wanted, ImageSelector(engine))
     choice = choices["mosquitto"]
     assert choice.kind == "local" and choice.ref == built["mosquitto"].ref
     assert variables == {"MQBENCH_IMAGE_MOSQUITTO": built["mosquitto"].ref}

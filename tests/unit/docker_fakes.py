@@ -193,8 +193,15 @@ class FakeSdk:
         self.containers = FakeContainers(self)
         self.images = FakeImages(self)
         self.env_seen: dict[str, str] | None = None
+        self.made = 0
+        self.closed = 0
 
     def factory(self, env: Mapping[str, str]) -> FakeSdk:
-        """Use as ``DockerRuntime(client_factory=...)``."""
+        """Use as ``DockerRuntime(client_factory=...)``; each call counts as one client."""
         self.env_seen = dict(env)
+        self.made += 1
         return self
+
+    def close(self) -> None:
+        """Count a client closed (``made - closed`` are the clients still open)."""
+        self.closed += 1

@@ -192,6 +192,32 @@ def test_stop_runs_compose_down_once_and_removes_volumes_and_orphans(
     assert broker.info.down_exit_code == 0
 
 
+def test_every_sdk_client_the_runtime_makes_is_closed_once_the_broker_stops(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    sdk = FakeSdk({"nats": "nats:2.10.22-alpine"})
+    docker = runtime(sdk)
+    assert docker.availability("nats").available
+    assert sdk.made >= 1 and sdk.closed == sdk.made
+    broker = docker.start(StartRequest("nats", tmp_path / "w"))
+    assert sdk.made - sdk.closed == 1  # the running broker's, for its stats and exit watch
+    broker.stop()
+    assert sdk.closed == sdk.made
+
+
+def test_a_start_that_fails_after_up_closes_the_sdk_clients_it_made(
+    fake: FakeDocker, tmp_path: Path
+) -> None:
+    def never(url: str, timeout_s: float) -> None:
+        raise BrokerError(f"TBMQ at {url} did not report UP")
+
+    sdk = FakeSdk({"tbmq": "thingsboard/tbmq:2.1.0"})
+    with pytest.raises(BrokerError, match="did not report UP"):
+        runtime(sdk, never).start(StartRequest("tbmq", tmp_path / "w"))
+    assert sdk.made == 3  # availability, the image choice, the started project's
+    assert sdk.closed == sdk.made
+
+
 def test_an_image_that_is_missing_and_cannot_be_pulled_names_the_build_command(
     fake: FakeDocker, tmp_path: Path
 ) -> None:

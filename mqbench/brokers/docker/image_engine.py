@@ -9,6 +9,7 @@ machine makes it once).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -62,8 +63,27 @@ class SdkEngine:
         docker CLI on PATH); builds get an SDK client with a long read timeout."""
         self._env = dict(os.environ if env is None else env)
         self._client: Any = client
+        self._owns_client = client is None
         self._slow_client: Any = None
         self._cli = cli or self._run_cli
+
+    def close(self) -> None:
+        """Close the SDK clients this engine made (their pooled engine connections); a
+        ``client`` passed in stays its owner's to close. The engine may be used again."""
+        made = [self._slow_client, self._client if self._owns_client else None]
+        self._slow_client = None
+        if self._owns_client:
+            self._client = None
+        for client in made:
+            close_sdk_client(client)
+
+    def __enter__(self) -> SdkEngine:
+        """Use as a context manager that closes the clients it made on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the clients this engine made."""
+        self.close()
 
     def _sdk(self, timeout: int) -> Any:
         try:
@@ -256,11 +276,24 @@ def build_local_images(
     names: list[str], progress: Callable[[str], None] | None = None
 ) -> list[BuildResult]:
     """``mqbench brokers build-images``: build ``names`` (all when empty) on this engine."""
-    builder = ImageBuilder(
-        SdkEngine(),
-        HostFacts(),
-        debootstrap_rootfs,
-        cache_dir(),
-        progress or (lambda _line: None),
-    )
-    return builder.build(names)
+    with SdkEngine() as engine:
+        builder = ImageBuilder(
+            engine,
+            HostFacts(),
+            debootstrap_rootfs,
+            cache_dir(),
+            progress or (lambda _line: None),
+        )
+        return builder.build(names)
+
+
+def close_sdk_client(client: Any) -> None:
+    """Close a Docker SDK client (None, or a fake without ``close``, is left as it is).
+
+    An SDK client keeps its connections to the engine's socket pooled until closed; one
+    dropped open leaves them to the garbage collector, which reports each as unclosed.
+    """
+    close = getattr(client, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            close()

@@ -59,7 +59,7 @@ from mqbench.brokers.docker.engine import (
     last_lines,
 )
 from mqbench.brokers.docker.fault_proxy import BrokerSite, ContainerToxiproxy, start_toxiproxy
-from mqbench.brokers.docker.image_engine import SdkEngine
+from mqbench.brokers.docker.image_engine import SdkEngine, close_sdk_client
 from mqbench.brokers.docker.images import (
     ImageEngine,
     ImageSelector,
@@ -124,10 +124,12 @@ class DockerBroker:
         inspect: ContainerInspector | None = None,
         site: BrokerSite | None = None,
         proxy_ports: Sequence[int] = (),
+        sdk_client: Any = None,
     ) -> None:
         """Wrap a started project; ``containers`` are sampled through ``stats_reader`` and
         watched for exits through ``inspect`` (``APIClient.inspect_container``); ``site``
-        says where the broker is on its network (for a Toxiproxy container next to it)."""
+        says where the broker is on its network (for a Toxiproxy container next to it);
+        ``sdk_client``, the SDK client behind both, is closed by ``stop()``."""
         self.project = project
         self.site = site
         self._proxy_ports = list(proxy_ports)
@@ -137,6 +139,7 @@ class DockerBroker:
         self.containers = containers
         self._stats_reader = stats_reader
         self._inspect = inspect
+        self._sdk_client = sdk_client
         self._lock = threading.Lock()
         self._stopped = False
         self._watch: ContainerExitWatch | None = None
@@ -206,6 +209,7 @@ class DockerBroker:
                     release_compose(self.project.name)
             except Exception as exc:  # stop() must never raise
                 self._info.down_error = str(exc)
+            close_sdk_client(self._sdk_client)
 
     def __enter__(self) -> DockerBroker:
         """Use as a context manager that stops the project on exit."""
@@ -320,9 +324,13 @@ class DockerRuntime:
             if isinstance(spec, Mapping) and "build" in spec
         )
         try:
-            missing = image_problem(
-                service_images(document), self._image_engine(self._sdk()), buildable
-            )
+            sdk = self._sdk()
+            try:
+                missing = image_problem(
+                    service_images(document), self._image_engine(sdk), buildable
+                )
+            finally:
+                close_sdk_client(sdk)
         except BrokerError as exc:
             return Availability(False, str(exc))
         return Availability(True, missing or "")
@@ -417,6 +425,7 @@ class DockerRuntime:
             inspect,
             self._site(launch, request.workdir),
             self._proxied_ports(launch),
+            client,
         )
 
     def _proxied_ports(self, launch: _Launch) -> list[int]:
@@ -513,11 +522,23 @@ class DockerRuntime:
     def _launch(
         self, launch: _Launch, request: StartRequest
     ) -> tuple[Any, list[ContainerRef], dict[str, Any]]:
-        """Images, ``up --wait``, hooks and the secured probe; raises on any failure."""
+        """Images, ``up --wait``, hooks and the secured probe; raises on any failure (the
+        SDK client is then closed; otherwise it is the started broker's)."""
         started = time.monotonic()
-        ct, project = launch.entry, launch.project
         self._up(launch, request.target)
         client = self._sdk()
+        try:
+            containers, images = self._after_launch(launch, request, client, started)
+        except BaseException:
+            close_sdk_client(client)
+            raise
+        return client, containers, images
+
+    def _after_launch(
+        self, launch: _Launch, request: StartRequest, client: Any, started: float
+    ) -> tuple[list[ContainerRef], dict[str, Any]]:
+        """The project's containers, then its hooks and the secured probe."""
+        ct, project = launch.entry, launch.project
         containers, images = _containers(client, project.name)
         hooks = launch.definition.docker_hooks
         if hooks is not None:
@@ -545,7 +566,7 @@ class DockerRuntime:
                 launch.ports,
                 remaining,
             )
-        return client, containers, images
+        return containers, images
 
     def _info(self, launch: _Launch, request: StartRequest, images: dict[str, Any]) -> DockerInfo:
         """Manifest facts of a started project."""
@@ -725,22 +746,12 @@ class DockerRuntime:
             for name, spec in document["services"].items()
             if isinstance(spec, Mapping) and "build" in spec
         }
-        selector = ImageSelector(self._image_engine(self._sdk()), image_policy(self.cli.env))
+        sdk = self._sdk()
         try:
-            variables, choices = choose_images(
-                {s: ref for s, ref in wanted.items() if s not in buildable}, selector
-            )
-        except BrokerError as exc:
-            raise BrokerError(f"{target}: {exc}") from exc
-        facts = {service: choice.describe() for service, choice in choices.items()}
-        for service in sorted(buildable):
-            try:
-                choice = selector.choose(service, wanted[service])
-            except BrokerError:
-                facts[service] = {"requested": wanted[service], "kind": "compose-build"}
-                continue
-            variables[choice.variable] = choice.ref
-            facts[service] = choice.describe()
+            selector = ImageSelector(self._image_engine(sdk), image_policy(self.cli.env))
+            variables, facts = _chosen(selector, wanted, buildable, target)
+        finally:
+            close_sdk_client(sdk)
         project.variables.update(variables)
         return facts
 
@@ -813,6 +824,28 @@ def _hook_variables(definition: TargetDefinition, options: Mapping[str, Any]) ->
     if definition.docker_hooks is None:
         return {}
     return definition.docker_hooks.variables(options)
+
+
+def _chosen(
+    selector: ImageSelector, wanted: Mapping[str, str], buildable: set[str], target: str
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The image variables and manifest facts of every service (``images.py``)."""
+    try:
+        variables, choices = choose_images(
+            {s: ref for s, ref in wanted.items() if s not in buildable}, selector
+        )
+    except BrokerError as exc:
+        raise BrokerError(f"{target}: {exc}") from exc
+    facts: dict[str, Any] = {service: choice.describe() for service, choice in choices.items()}
+    for service in sorted(buildable):
+        try:
+            choice = selector.choose(service, wanted[service])
+        except BrokerError:
+            facts[service] = {"requested": wanted[service], "kind": "compose-build"}
+            continue
+        variables[choice.variable] = choice.ref
+        facts[service] = choice.describe()
+    return variables, facts
 
 
 def _containers(client: Any, project: str) -> tuple[list[ContainerRef], dict[str, Any]]:
