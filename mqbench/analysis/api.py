@@ -24,6 +24,7 @@ from mqbench.analysis.summary import (
 )
 from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import ANALYSABLE, CellEntry
+from mqbench.records.fault_metrics import FaultMetrics
 from mqbench.records.run_manifest import (
     ManifestError,
     RunManifest,
@@ -100,7 +101,7 @@ class RunAnalysis:
     """What an analysis wrote: a summary per analysed cell and fault metrics by cell id."""
 
     summaries: list[CellSummary]
-    faults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: dict[str, FaultMetrics] = field(default_factory=dict)
     """``faults.json`` of the analysed cells that injected faults (docs/results.md)."""
     recovered: str | None = None
     """One line when the run's mqbench process was found gone although the manifest said
@@ -192,7 +193,7 @@ def analyze_results(
             write_summary_json(plan.folder, summary)
             summaries.append(summary)
             write_cell_series(plan)
-        faults: dict[str, dict[str, Any]] = {}
+        faults: dict[str, FaultMetrics] = {}
         for k, cell in enumerate(chosen, 1):
             if cell.schedule is None or cell.window is None:
                 continue

@@ -26,6 +26,7 @@ from mqbench.errors import UsageError
 if TYPE_CHECKING:
     from mqbench.analysis.api import RunAnalysis
     from mqbench.analysis.summary import CellSummary
+    from mqbench.records.fault_metrics import FaultMetrics
 
 PIPED_WIDTH: Final = 100
 """Width tables are laid out for when stdout is not a terminal and COLUMNS is not set.
@@ -115,13 +116,16 @@ class View:
 
 
 def summaries_data(
-    summaries: Sequence[CellSummary], location: str, faults: Mapping[str, Any] | None = None
+    summaries: Sequence[CellSummary],
+    location: str,
+    faults: Mapping[str, FaultMetrics] | None = None,
 ) -> dict[str, Any]:
-    """The JSON form of an analysis: where, every summary (as summary.json), fault metrics."""
+    """The JSON form of an analysis: where, every summary (as summary.json), fault metrics
+    by cell id (as faults.json)."""
     return {
         "results": location,
         "cells": [s.to_dict() for s in summaries],
-        "faults": dict(faults or {}),
+        "faults": {cid: m.to_dict() for cid, m in (faults or {}).items()},
     }
 
 

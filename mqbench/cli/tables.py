@@ -12,15 +12,16 @@ summary from before interruptions were an invalid reason of their own).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from rich.text import Text
 
 from mqbench.analysis.summary import CellSummary
 from mqbench.analysis.verdict import InvalidKind
 from mqbench.cli.columns import Column, Layout, layout, wrap
+from mqbench.records.fault_metrics import FaultMetrics
 from mqbench.report.labels import label
 from mqbench.report.marks import Mark
 
@@ -329,29 +330,28 @@ FAULT_COLUMNS: Final = (
 )
 
 
-def _fault_row(cell_id: str, m: dict[str, Any]) -> list[str | Text]:
-    out, inside = m.get("latency_outside") or {}, m.get("latency_in_faults") or {}
-    firsts = [r["first_delivery_ms"] for r in m["recoveries"] if r["first_delivery_ms"] is not None]
-    drains = [r["drain_ms"] for r in m["recoveries"] if r["drain_ms"] is not None]
-    fraction = m.get("downtime_fraction")
-    away = m.get("subscriber_outage_fraction")
+def _fault_row(cell_id: str, m: FaultMetrics) -> list[str | Text]:
+    out, inside = m.latency_outside, m.latency_in_faults
+    firsts = [r.first_delivery_ms for r in m.recoveries if r.first_delivery_ms is not None]
+    drains = [r.drain_ms for r in m.recoveries if r.drain_ms is not None]
+    fraction, away = m.downtime_fraction, m.subscriber_outage_fraction
     return [
         Text(cell_id, style="bold"),
-        str(m["faults"]),
+        str(m.faults),
         "-" if fraction is None else f"{100 * fraction:.1f}",
         "-" if away is None else f"{100 * away:.1f}",
-        ms(out.get("p50_us")),
-        ms(out.get("p99_us")),
-        ms(inside.get("p50_us")),
-        ms(inside.get("p99_us")),
+        ms(None if out is None else out.p50_us),
+        ms(None if out is None else out.p99_us),
+        ms(None if inside is None else inside.p50_us),
+        ms(None if inside is None else inside.p99_us),
         f"{max(firsts):.0f}" if firsts else "-",
         f"{max(drains):.0f}" if drains else "-",
-        str(m["reconnects"]),
-        str(m["duplicates"]),
+        str(m.reconnects),
+        str(m.duplicates),
     ]
 
 
-def fault_view(metrics: dict[str, dict[str, Any]], width: int) -> list[Text]:
+def fault_view(metrics: Mapping[str, FaultMetrics], width: int) -> list[Text]:
     """One row per cell with faults: downtime, latency in/out of faults, recovery times."""
     rows = [_fault_row(cell_id, m) for cell_id, m in metrics.items()]
     table = layout(FAULT_COLUMNS, rows, width)

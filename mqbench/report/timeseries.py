@@ -8,13 +8,13 @@ first repeat of each cell is drawn (repeats are runs of their own; time does not
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from mqbench.analysis.plan import CellPlan
 from mqbench.analysis.repeats import RepeatAggregate
 from mqbench.analysis.series import read_series
+from mqbench.records.fault_metrics import read_fault_metrics_json
 from mqbench.report.labels import LATENCY_MS
 from mqbench.report.marks import marks_of, with_marks
 from mqbench.report.plotdata import PAGE_WIDTH, FigureData, Panel, Point, Series
@@ -22,17 +22,12 @@ from mqbench.report.plotdata import PAGE_WIDTH, FigureData, Panel, Point, Series
 
 def fault_windows(folder: Path, win_start_ns: int) -> tuple[tuple[float, float], ...]:
     """Fault windows of a cell in seconds since its window start (none without faults)."""
-    path = Path(folder) / "faults.json"
-    if not path.exists():
-        return ()
-    try:
-        windows = json.loads(path.read_text(encoding="utf-8")).get("windows") or []
-    except (OSError, ValueError):
+    metrics = read_fault_metrics_json(folder)
+    if metrics is None:
         return ()
     return tuple(
-        ((a - win_start_ns) / 1e9, (b - win_start_ns) / 1e9)
-        for a, b in windows
-        if isinstance(a, int) and isinstance(b, int)
+        ((w.injected_ns - win_start_ns) / 1e9, (w.recovered_ns - win_start_ns) / 1e9)
+        for w in metrics.windows
     )
 
 

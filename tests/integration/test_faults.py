@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from mqbench.analysis.faults import fault_metrics
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import EventKind, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -63,7 +64,7 @@ def exp3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     results = {}
     for cell in cells:
         folder = run_dir / "cells" / cell["id"]
-        metrics = fault_metrics(cell, folder)
+        metrics = fault_metrics(CellEntry.from_dict(cell), folder)
         assert metrics is not None, f"{cell['id']}: no fault metrics"
         results[cell["params"]["qos"]] = (cell, folder, analyze_cell_numpy(cell, folder), metrics)
     return target, results
@@ -72,9 +73,10 @@ def exp3(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def test_qos0_loses_messages_but_no_more_than_the_downtime_plus_two_points(exp3: Any) -> None:
     target, results = exp3
     cell, _, summary, metrics = results[0]
-    assert metrics["faults"] >= 2, metrics["windows"]
+    assert metrics.faults >= 2, metrics.windows
     loss = summary.lost / summary.expected
-    downtime = metrics["downtime_fraction"]
+    downtime = metrics.downtime_fraction
+    assert downtime is not None
     assert 0 < loss <= downtime + 0.02, f"{target}: loss {loss:.3%}, downtime {downtime:.3%}"
     assert not cell["generator"]["saturated"], cell["generator"]["reasons"]
 
@@ -83,8 +85,8 @@ def test_qos0_loses_messages_but_no_more_than_the_downtime_plus_two_points(exp3:
 def test_qos1_and_qos2_lose_nothing_across_resets(exp3: Any, qos: int) -> None:
     target, results = exp3
     _, _, summary, metrics = results[qos]
-    assert metrics["faults"] >= 2
-    assert metrics["reconnects"] >= 10 * 2, "every subscriber must have reconnected per fault"
+    assert metrics.faults >= 2
+    assert metrics.reconnects >= 10 * 2, "every subscriber must have reconnected per fault"
     assert summary.expected > 5000
     assert summary.lost == 0, f"{target} QoS {qos}: {summary.lost} of {summary.expected} lost"
 
@@ -103,7 +105,7 @@ def test_qos2_delivers_every_message_exactly_once_where_the_broker_grants_qos2(
         return
     assert not any("lower than asked" in w or "PUBACK" in w for w in warnings), warnings
     assert summary.duplicates == 0, target
-    assert metrics["duplicates"] == 0, target
+    assert metrics.duplicates == 0, target
 
 
 def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
@@ -115,7 +117,7 @@ def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
         proxy_log = json.loads((folder / "proxy_events.json").read_text())
         added = [e for e in proxy_log if e["event"] == "toxic_added"]
         removed = [e for e in proxy_log if e["event"] == "toxic_removed"]
-        assert len(injected) == len(added) == metrics["faults"]
+        assert len(injected) == len(added) == metrics.faults
         assert len(recovered) == len(removed) == len(injected)
         for ours, theirs in zip(injected + recovered, added + removed, strict=True):
             # Our event is written right after the API call returns.
@@ -136,13 +138,14 @@ def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
 def test_recovery_metrics_describe_every_fault(exp3: Any) -> None:
     _, results = exp3
     for qos, (_, _, _, metrics) in results.items():
-        assert len(metrics["recoveries"]) == metrics["faults"]
-        for rec in metrics["recoveries"]:
+        assert len(metrics.recoveries) == metrics.faults
+        for rec in metrics.recoveries:
             # The reconnect backoff is capped at 250 ms: the first delivery to a faulted
             # subscriber follows a recovery within about a second (publishers send every 100 ms).
-            assert rec["first_delivery_ms"] is not None
-            assert rec["first_delivery_ms"] < 1500, (qos, rec)
-        assert metrics["latency_outside"]["count"] > 0
+            assert rec.first_delivery_ms is not None
+            assert rec.first_delivery_ms < 1500, (qos, rec)
+        assert metrics.latency_outside is not None and metrics.latency_outside.count > 0
         if qos > 0:
             # Queued QoS 1/2 messages arrive after the fault: their latency includes it.
-            assert metrics["latency_in_faults"]["max_us"] > 1_000_000
+            assert metrics.latency_in_faults is not None
+            assert metrics.latency_in_faults.max_us > 1_000_000

@@ -138,9 +138,9 @@ def test_the_analysis_writes_fault_metrics_and_reports_every_step(tmp_path: Path
     write_manifest(tmp_path, [cell])
     seen: list[AnalysisProgress] = []
     analysis = analyze_results(tmp_path, engine="numpy", on_progress=seen.append)
-    assert analysis.faults["c0"]["faults"] == 1
+    assert analysis.faults["c0"].faults == 1
     written = json.loads((tmp_path / "cells" / "c0" / "faults.json").read_text())
-    assert written == analysis.faults["c0"]
+    assert written == analysis.faults["c0"].to_dict() and written["version"] == 1
     phases = list(dict.fromkeys(p.phase for p in seen))  # heartbeats may repeat a step
     assert phases == ["planning", "scanning", "summarising", "fault metrics"]
     assert all(p.cells == 1 and p.cell == 1 and p.cell_id == "c0" for p in seen)

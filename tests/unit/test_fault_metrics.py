@@ -1,12 +1,27 @@
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from mqbench.analysis.faults import fault_metrics, fault_windows
+from mqbench.errors import AnalysisError
 from mqbench.faults.schedule import downtime_fraction, exponential_schedule, fixed_schedule
+from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import Event, EventKind
+from mqbench.records.fault_metrics import (
+    FAULT_METRICS_VERSION,
+    FAULTS_JSON,
+    FaultMetrics,
+    FaultMetricsError,
+    FaultSpan,
+    LatencyStats,
+    Recovery,
+    read_fault_metrics_json,
+    write_fault_metrics_json,
+)
 from mqbench.records.format import RECORD_DTYPE
 from mqbench.records.intended import intended_ns
 
@@ -66,26 +81,105 @@ def test_fault_metrics_split_latency_and_time_recovery(tmp_path: Path) -> None:
         },
     ]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    cell = {
-        "schedule": {"start_ns": START, "rate": rate, "publishers": 1},
-        "window": {"start_ns": START, "end_ns": START + 10 * S},
-    }
+    cell = CellEntry.from_dict(
+        {
+            "id": "c0",
+            "schedule": {"start_ns": START, "rate": rate, "publishers": 1},
+            "window": {"start_ns": START, "end_ns": START + 10 * S},
+        }
+    )
     metrics = fault_metrics(cell, tmp_path)
     assert metrics is not None
-    assert metrics["faults"] == 1
-    assert metrics["downtime_fraction"] == 0.2
-    assert metrics["latency_outside"]["count"] == 80
-    assert metrics["latency_outside"]["p50_us"] == 1000.0
-    assert metrics["latency_in_faults"]["count"] == 21  # 20 messages + the redelivery
-    assert metrics["latency_in_faults"]["max_us"] > 2_000_000
-    (recovery,) = metrics["recoveries"]
-    assert 200 <= recovery["first_delivery_ms"] < 201
-    assert 200 <= recovery["drain_ms"] < 201
-    assert metrics["duplicates"] == 1
-    assert metrics["reconnects"] == 1 and metrics["outage_ms_max"] == 2150
-    assert metrics["subscriber_outage_fraction"] == 0.215  # 2.15 s of one subscriber in 10 s
+    assert metrics.faults == 1
+    assert metrics.windows == (FaultSpan(START + 3 * S, START + 5 * S),)
+    assert metrics.downtime_fraction == 0.2
+    assert metrics.latency_outside is not None and metrics.latency_in_faults is not None
+    assert metrics.latency_outside.count == 80
+    assert metrics.latency_outside.p50_us == 1000.0
+    assert metrics.latency_in_faults.count == 21  # 20 messages + the redelivery
+    assert metrics.latency_in_faults.max_us > 2_000_000
+    (recovery,) = metrics.recoveries
+    assert recovery.first_delivery_ms is not None and recovery.drain_ms is not None
+    assert 200 <= recovery.first_delivery_ms < 201
+    assert 200 <= recovery.drain_ms < 201
+    assert metrics.duplicates == 1
+    assert metrics.reconnects == 1 and metrics.outage_ms_max == 2150
+    assert metrics.subscriber_outage_fraction == 0.215  # 2.15 s of one subscriber in 10 s
 
 
 def test_cells_without_faults_have_no_fault_metrics(tmp_path: Path) -> None:
     (tmp_path / "events.jsonl").write_text('{"t_ns": 1, "kind": "publishing_started"}\n')
-    assert fault_metrics({"schedule": {}, "window": {}}, tmp_path) is None
+    assert fault_metrics(CellEntry(id="c0"), tmp_path) is None
+
+
+def test_a_cell_with_faults_but_no_schedule_is_refused_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "events.jsonl").write_text('{"t_ns": 1, "kind": "fault_injected"}\n')
+    with pytest.raises(AnalysisError, match=r"^cell c7: fault metrics need .*schedule"):
+        fault_metrics(CellEntry(id="c7"), tmp_path)
+
+
+METRICS = FaultMetrics(
+    windows=(FaultSpan(5, 9), FaultSpan(20, 30)),
+    downtime_fraction=0.25,
+    subscriber_outage_fraction=None,
+    latency_in_faults=LatencyStats(3, 1.5, 2.0, 2.5, 3.0, 1.75),
+    latency_outside=None,
+    recoveries=(
+        Recovery(5, 9, 4e-6, 0.5, None, 2),
+        Recovery(20, 30, 1e-5, None, 1.25, 0),
+    ),
+    reconnects=2,
+    outage_ms_p50=120.0,
+    outage_ms_max=130.5,
+    duplicates=1,
+)
+
+
+def test_fault_metrics_read_back_as_written(tmp_path: Path) -> None:
+    write_fault_metrics_json(tmp_path, METRICS)
+    stored = json.loads((tmp_path / FAULTS_JSON).read_text())
+    assert stored["version"] == FAULT_METRICS_VERSION
+    assert stored["faults"] == 2 and stored["windows"] == [[5, 9], [20, 30]]
+    assert stored["recoveries"][0]["first_delivery_ms"] == 0.5
+    assert stored["latency_in_faults"]["max_us"] == 3.0 and stored["latency_outside"] is None
+    assert read_fault_metrics_json(tmp_path) == METRICS
+    assert read_fault_metrics_json(tmp_path / "elsewhere") is None
+
+
+def test_a_faults_json_written_before_the_version_key_reads_as_version_one() -> None:
+    stored = METRICS.to_dict()
+    del stored["version"]
+    assert FaultMetrics.from_dict(stored) == METRICS
+
+
+@pytest.mark.parametrize("version", [0, 2, "1", True])
+def test_a_faults_json_of_another_version_is_refused_with_one_line(
+    tmp_path: Path, version: object
+) -> None:
+    (tmp_path / FAULTS_JSON).write_text(json.dumps({**METRICS.to_dict(), "version": version}))
+    with pytest.raises(FaultMetricsError) as caught:
+        read_fault_metrics_json(tmp_path)
+    message = str(caught.value)
+    assert message == (
+        f"{tmp_path / FAULTS_JSON}: version {version!r}; this mqbench reads version 1"
+    )
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"faults": 3}, "faults 3 but 2 windows"),
+        ({"windows": [[5, 9], [20]]}, "windows[1]"),
+        ({"recoveries": [{"injected_ns": 5}]}, "recoveries[0].recovered_ns"),
+        ({"latency_outside": {"count": 1, "p50_us": "fast"}}, "latency_outside.p50_us"),
+        ({"duplicates": None}, "duplicates None"),
+    ],
+)
+def test_a_malformed_faults_json_names_the_file_and_the_key(
+    tmp_path: Path, change: dict[str, object], named: str
+) -> None:
+    (tmp_path / FAULTS_JSON).write_text(json.dumps({**METRICS.to_dict(), **change}))
+    with pytest.raises(FaultMetricsError, match=re.escape(named)) as caught:
+        read_fault_metrics_json(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / FAULTS_JSON}: ")

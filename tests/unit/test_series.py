@@ -75,14 +75,24 @@ def test_the_hdrhistogram_interval_log_reads_back_with_the_hdrhistogram_package(
 
 
 def test_the_report_draws_each_cell_over_time_with_fault_windows_shaded(tmp_path: Path) -> None:
-    import json
-
+    from mqbench.records.fault_metrics import FaultMetrics, FaultSpan, write_fault_metrics_json
     from mqbench.report import build_report
 
     root = _run(tmp_path)
     analyze_run(root, engine="numpy")
-    windows = {"windows": [[1200 * MS, 1700 * MS]]}
-    (root / "cells" / "c0" / "faults.json").write_text(json.dumps(windows))
+    metrics = FaultMetrics(
+        windows=(FaultSpan(1200 * MS, 1700 * MS),),
+        downtime_fraction=0.25,
+        subscriber_outage_fraction=None,
+        latency_in_faults=None,
+        latency_outside=None,
+        recoveries=(),
+        reconnects=0,
+        outage_ms_p50=None,
+        outage_ms_max=None,
+        duplicates=0,
+    )
+    write_fault_metrics_json(root / "cells" / "c0", metrics)
     rep = build_report([root], "md", tmp_path / "figs")
     data = next(f.data for f in rep.figures if f.name == "timeseries-c0")
     throughput, latency = data.panel(0, 0), data.panel(1, 0)
