@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqbench.brokers.runtime.settings import BrokerSettings
+
 
 def _present(data: dict[str, Any], **optional: Any) -> dict[str, Any]:
     """``data`` plus every ``optional`` key whose value is not None, in order."""
@@ -40,7 +42,7 @@ class NativeInfo:
     port: int
     pid: int
     log_path: str
-    settings: dict[str, Any]
+    settings: BrokerSettings
     """``LaunchPlan.settings``: what the spec wrote that changes results."""
     resources: Mapping[str, Any] | None
     """The resource profile as applied (``NativeLimiter.describe``; updated when the
@@ -151,7 +153,7 @@ class DockerInfo:
     config_path: str | None = None
     """... and that config: its path inside the container, its text and settings."""
     config: str | None = None
-    settings: dict[str, Any] | None = None
+    settings: BrokerSettings | None = None
     down_exit_code: int | None = None
     """After ``stop()``: the exit code of ``docker compose down``."""
     down_error: str | None = None

@@ -38,6 +38,7 @@ from mqbench.brokers.resources.knobs import JvmFlags
 from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec, first_match
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.errors import BrokerError
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
@@ -184,7 +185,7 @@ class ActiveMqSpec(NativeSpec):
             "start",
             f"xbean:file:{config_path}",
         ]
-        settings: dict[str, Any] = {
+        settings: BrokerSettings = {
             "heap_min": "64m",
             "heap_max": heap,
             "memory_limit_mb": opts.memory_limit_mb,

@@ -32,6 +32,7 @@ from mqbench.brokers.resources.knobs import JvmFlags
 from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 
 ARTEMIS_VERSION = "2.55.0"
 """Newest release whose MQTT module Maven Central serves here (2.56.0's server jar resolves,
@@ -133,7 +134,7 @@ class ArtemisSpec(MavenJvmSpec):
         config_path = base / "broker.xml"
         config_path.write_text(xml, encoding="utf-8")
         argv = self.java_argv(binary, base, heap_min, heap, LOG_PROPERTIES, [str(config_path)])
-        settings: dict[str, Any] = {
+        settings: BrokerSettings = {
             "heap_min": heap_min,
             "heap_max": heap,
             "persistence": False,

@@ -30,6 +30,7 @@ from mqbench.brokers.resources.knobs import JvmFlags
 from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 
 HIVEMQ_VERSION = "2025.5"
 """Newest ``hivemq-community-edition-embedded`` release Maven Central serves here."""
@@ -145,7 +146,7 @@ class HiveMqSpec(MavenJvmSpec):
             {},
             [str(conf), str(data), str(extensions)],
         )
-        settings: dict[str, Any] = {
+        settings: BrokerSettings = {
             "heap_min": heap_min,
             "heap_max": heap,
             "persistence": persistence,

@@ -42,6 +42,7 @@ from mqbench.brokers.runtime.native_spec import (
 )
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 
 
@@ -158,7 +159,7 @@ class MosquittoSpec(ConfiguredSpec):
         text = "\n".join(lines) + "\n"
         config_path = workdir / "mosquitto.conf"
         config_path.write_text(text, encoding="utf-8")
-        settings = opts.model_dump(
+        settings: BrokerSettings = opts.model_dump(
             include={
                 "max_queued_messages",
                 "max_queued_bytes",

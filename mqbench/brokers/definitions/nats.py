@@ -35,6 +35,7 @@ from mqbench.brokers.runtime.native_spec import (
 )
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import nats_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 from mqbench.wire.limits import PayloadLimit
@@ -151,7 +152,7 @@ class NatsSpec(ConfiguredSpec):
         text = "\n".join(lines) + "\n"
         config_path = workdir / "nats.conf"
         config_path.write_text(text, encoding="utf-8")
-        settings: dict[str, Any] = opts.model_dump(
+        settings: BrokerSettings = opts.model_dump(
             include={"max_payload", "max_pending", "write_deadline", "max_connections"}
         )
         settings.update(monitoring=False, jetstream=False)

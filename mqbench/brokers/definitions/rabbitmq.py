@@ -49,6 +49,7 @@ from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan, Read
 from mqbench.brokers.runtime.net import free_port
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import amqp_probe, mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings, int_setting
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 from mqbench.scenario.security import Secret
@@ -371,10 +372,10 @@ class RabbitMqSpec(ConfiguredSpec):
         plugins: list[str],
         opts: RabbitMqOptions,
         security: BrokerSecurity | None,
-    ) -> dict[str, Any]:
+    ) -> BrokerSettings:
         """What the manifest records of this node (no secret)."""
         auth = security is not None and security.auth
-        settings: dict[str, Any] = {
+        settings: BrokerSettings = {
             "nodename": nodename,
             "amqp_port": ports.amqp,
             "mqtt_port": ports.mqtt,
@@ -421,8 +422,8 @@ class RabbitMqSpec(ConfiguredSpec):
 
     def companion_pids(self, plan: LaunchPlan) -> list[int]:
         """The ``epmd`` daemon the node started on this instance's own epmd port."""
-        epmd_port = plan.settings.get("epmd_port")
-        return find_epmd(int(epmd_port)) if epmd_port else []
+        epmd_port = int_setting(plan.settings, "epmd_port")
+        return find_epmd(epmd_port) if epmd_port else []
 
 
 def _secured_container(port: int, ports: dict[str, Any]) -> SecuredContainer:

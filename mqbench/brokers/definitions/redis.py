@@ -38,6 +38,7 @@ from mqbench.brokers.runtime.native_spec import (
 from mqbench.brokers.runtime.net import is_loopback
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import redis_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.errors import BrokerError
 from mqbench.scenario.security import Secret, secret_text
@@ -151,9 +152,9 @@ def _security_lines(security: BrokerSecurity | None, mounts: Mounts) -> list[str
 
 def _settings(
     host: str, opts: RedisOptions, limit: str, security: BrokerSecurity | None
-) -> dict[str, Any]:
+) -> BrokerSettings:
     """What the manifest records of the server (no secret)."""
-    settings: dict[str, Any] = {
+    settings: BrokerSettings = {
         "client_output_buffer_limit_pubsub": limit,
         "maxclients": opts.maxclients,
         "io_threads": opts.io_threads,

@@ -27,6 +27,7 @@ from mqbench.brokers.docker.compose import ComposeEntry
 from mqbench.brokers.runtime.native_spec import LaunchPlan, NativeSpec
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
 from mqbench.brokers.runtime.probes import mqtt_probe
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.brokers.security.secured import private_file, tls_probe_context
 from mqbench.brokers.services.backing import PostgresService, RedisService
 
@@ -93,7 +94,7 @@ class TbmqStyleSpec(NativeSpec):
         directory)."""
         plan = self.prepare(binary, workdir, host, port, options)
         argv = list(plan.argv)
-        settings = dict(plan.settings)
+        settings: BrokerSettings = dict(plan.settings)
         tls = security.tls
         if tls is not None:
             argv += ["--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key)]
@@ -175,7 +176,7 @@ class TbmqStyleSpec(NativeSpec):
             argv.append("--no-uvloop")
         key = f"{workdir}:{port}"
         self._services[key] = services
-        settings = opts.model_dump(exclude={"redis_url", "postgres_dsn"})
+        settings: BrokerSettings = opts.model_dump(exclude={"redis_url", "postgres_dsn"})
         settings.update(
             redis_url=redis_url,
             postgres_dsn=postgres_dsn,

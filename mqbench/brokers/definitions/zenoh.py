@@ -31,6 +31,7 @@ from mqbench.brokers.runtime.mounts import NATIVE, Mounts
 from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan
 from mqbench.brokers.runtime.net import tcp_connect
 from mqbench.brokers.runtime.options import BrokerOptionsModel, parse_options
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.brokers.services.zenoh_router import MAX_SESSIONS, router_settings, zenoh_version
 
 
@@ -82,7 +83,7 @@ class ZenohSpec(ConfiguredSpec):
         tls = security.tls if security is not None else None
         extra = opts.extra_config
         listen = f"{'tls' if tls is not None else 'tcp'}/{host}:{port}"
-        settings: dict[str, Any] = router_settings(listen, opts.max_sessions)
+        settings: BrokerSettings = router_settings(listen, opts.max_sessions)
         argv = [
             str(binary),
             "-m",

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from mqbench.brokers.base import BrokerSecurity
 from mqbench.brokers.runtime.mounts import Mounts
 from mqbench.brokers.runtime.native_spec import ConfiguredSpec, LaunchPlan
+from mqbench.brokers.runtime.settings import SettingValue, int_setting, str_setting
 from mqbench.errors import BrokerError
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class HealthcheckInput:
     username: str | None
     password_file: str | None
     """Container path of the file holding the password (auth on), else None."""
-    settings: Mapping[str, Any]
+    settings: Mapping[str, SettingValue]
     """The launch plan's settings (RabbitMQ: node name, epmd and listener ports)."""
 
 
@@ -311,11 +312,14 @@ def rabbitmq_healthcheck(h: HealthcheckInput) -> list[str]:
     """``rabbitmq-diagnostics check_port_listener`` for every listener of the node, through
     Erlang distribution (the node's name, epmd port and cookie in ``MOUNT_WORK``)."""
     settings = h.settings
-    env = f"HOME={MOUNT_WORK} ERL_EPMD_PORT={int(settings['epmd_port'])}"
-    node = shlex.quote(str(settings["nodename"]))
-    ports = [settings.get("mqtt_port"), settings.get("amqp_port")]
+    epmd, nodename = int_setting(settings, "epmd_port"), str_setting(settings, "nodename")
+    if epmd is None or nodename is None:
+        raise BrokerError("rabbitmq: the launch plan records no epmd_port or nodename")
+    env = f"HOME={MOUNT_WORK} ERL_EPMD_PORT={epmd}"
+    node = shlex.quote(nodename)
+    ports = [int_setting(settings, "mqtt_port"), int_setting(settings, "amqp_port")]
     checks = [
-        f"{env} rabbitmq-diagnostics -q -n {node} check_port_listener {int(p)}"
+        f"{env} rabbitmq-diagnostics -q -n {node} check_port_listener {p}"
         for p in ports
         if p is not None
     ]

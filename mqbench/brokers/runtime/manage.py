@@ -45,6 +45,7 @@ from mqbench.brokers.runtime.native import (
 )
 from mqbench.brokers.runtime.native_spec import LaunchPlan
 from mqbench.brokers.runtime.registry import get_runtime, runtime_capabilities
+from mqbench.brokers.runtime.settings import BrokerSettings
 from mqbench.errors import BrokerError, UsageError
 
 STATE_DIR_ENV = "MQBENCH_STATE_DIR"
@@ -222,7 +223,7 @@ def _find_companions(state: BrokerState) -> list[int]:
     spec = native_specs().get(state.target)
     if spec is None:
         return []
-    settings = dict(state.info.get("settings") or {})
+    settings: BrokerSettings = dict(state.info.get("settings") or {})
     plan = LaunchPlan(argv=[], config_path=None, config_text="", settings=settings)
     try:
         return spec.companion_pids(plan)

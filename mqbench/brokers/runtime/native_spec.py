@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqbench.brokers.runtime.mounts import NATIVE, Mounts
 from mqbench.brokers.runtime.options import BrokerOptionsModel, NoOptions, parse_options
+from mqbench.brokers.runtime.settings import BrokerSettings
 
 if TYPE_CHECKING:
     from mqbench.brokers.base import BrokerSecurity
@@ -36,8 +37,9 @@ class LaunchPlan:
     argv: list[str]
     config_path: Path | None
     config_text: str
-    settings: dict[str, Any] = field(default_factory=dict)
-    """Settings that change benchmark results (queue limits, buffers, user, ...)."""
+    settings: BrokerSettings = field(default_factory=dict)
+    """Settings that change benchmark results (queue limits, buffers, user, ...), written
+    into the manifest as they are (``settings.py``)."""
     ready_check: ReadyCheck | None = None
     """This instance's readiness probe when it differs from the spec's ``check_ready``
     (a TLS listener needs a TLS probe)."""

@@ -21,6 +21,8 @@ import threading
 from importlib import metadata
 from typing import Any
 
+from mqbench.brokers.runtime.settings import BrokerSettings
+
 READY_PREFIX = "zenoh-router ready"
 """Start of the line printed once the router listens."""
 
@@ -29,7 +31,7 @@ MAX_SESSIONS = 10000
 pairs topologies with hundreds of pairs)."""
 
 
-def router_settings(listen: str, max_sessions: int = MAX_SESSIONS) -> dict[str, Any]:
+def router_settings(listen: str, max_sessions: int = MAX_SESSIONS) -> BrokerSettings:
     """The config keys the router sets (JSON values), in the order they are applied."""
     return {
         "mode": "router",
