@@ -29,9 +29,9 @@ from mqbench.errors import AnalysisError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import Event, EventKind, read_events
 from mqbench.records.fault_metrics import (
+    FaultLatency,
     FaultMetrics,
     FaultSpan,
-    LatencyStats,
     Recovery,
     write_fault_metrics_json,
 )
@@ -64,7 +64,7 @@ def _load(folder: Path, kind: str) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=RECORD_DTYPE)
 
 
-def _stats(values_us: np.ndarray) -> LatencyStats | None:
+def _stats(values_us: np.ndarray) -> FaultLatency | None:
     if values_us.size == 0:
         return None
     ordered = np.sort(values_us)
@@ -73,7 +73,7 @@ def _stats(values_us: np.ndarray) -> LatencyStats | None:
     def rank(q: float) -> float:
         return float(ordered[max(0, int(np.ceil(q * n)) - 1)])
 
-    return LatencyStats(
+    return FaultLatency(
         count=int(n),
         p50_us=rank(0.50),
         p95_us=rank(0.95),

@@ -76,7 +76,7 @@ class FaultSpan:
 
 
 @dataclass(frozen=True)
-class LatencyStats:
+class FaultLatency:
     """Latency from the intended send time of one group of deliveries, in microseconds
     (nearest-rank percentiles)."""
 
@@ -99,7 +99,7 @@ class LatencyStats:
         }
 
     @classmethod
-    def from_dict(cls, key: str, value: Any) -> LatencyStats | None:
+    def from_dict(cls, key: str, value: Any) -> FaultLatency | None:
         """Read one latency block (None: no delivery fell into the group)."""
         if value is None:
             return None
@@ -171,9 +171,9 @@ class FaultMetrics:
     subscriber_outage_fraction: float | None
     """The faulted subscribers' time away as the clients saw it, over the window (None:
     no faulted subscriber)."""
-    latency_in_faults: LatencyStats | None
+    latency_in_faults: FaultLatency | None
     """Deliveries of messages intended inside a fault window."""
-    latency_outside: LatencyStats | None
+    latency_outside: FaultLatency | None
     """Deliveries of messages intended outside every fault window."""
     recoveries: tuple[Recovery, ...]
     reconnects: int
@@ -229,10 +229,10 @@ class FaultMetrics:
             subscriber_outage_fraction=_opt_number(
                 "subscriber_outage_fraction", data.get("subscriber_outage_fraction")
             ),
-            latency_in_faults=LatencyStats.from_dict(
+            latency_in_faults=FaultLatency.from_dict(
                 "latency_in_faults", data.get("latency_in_faults")
             ),
-            latency_outside=LatencyStats.from_dict("latency_outside", data.get("latency_outside")),
+            latency_outside=FaultLatency.from_dict("latency_outside", data.get("latency_outside")),
             recoveries=tuple(
                 Recovery.from_dict(f"recoveries[{i}]", r) for i, r in enumerate(recoveries)
             ),
@@ -243,7 +243,7 @@ class FaultMetrics:
         )
 
 
-def _stats_dict(stats: LatencyStats | None) -> dict[str, Any] | None:
+def _stats_dict(stats: FaultLatency | None) -> dict[str, Any] | None:
     return None if stats is None else stats.to_dict()
 
 

@@ -14,10 +14,10 @@ from mqbench.records.events import Event, EventKind
 from mqbench.records.fault_metrics import (
     FAULT_METRICS_VERSION,
     FAULTS_JSON,
+    FaultLatency,
     FaultMetrics,
     FaultMetricsError,
     FaultSpan,
-    LatencyStats,
     Recovery,
     read_fault_metrics_json,
     write_fault_metrics_json,
@@ -122,7 +122,7 @@ METRICS = FaultMetrics(
     windows=(FaultSpan(5, 9), FaultSpan(20, 30)),
     downtime_fraction=0.25,
     subscriber_outage_fraction=None,
-    latency_in_faults=LatencyStats(3, 1.5, 2.0, 2.5, 3.0, 1.75),
+    latency_in_faults=FaultLatency(3, 1500.0, 2000.0, 2500.0, 3000.0, 1750.0),
     latency_outside=None,
     recoveries=(
         Recovery(5, 9, 4e-6, 0.5, None, 2),
@@ -141,7 +141,7 @@ def test_fault_metrics_read_back_as_written(tmp_path: Path) -> None:
     assert stored["version"] == FAULT_METRICS_VERSION
     assert stored["faults"] == 2 and stored["windows"] == [[5, 9], [20, 30]]
     assert stored["recoveries"][0]["first_delivery_ms"] == 0.5
-    assert stored["latency_in_faults"]["max_us"] == 3.0 and stored["latency_outside"] is None
+    assert stored["latency_in_faults"]["max_us"] == 3000.0 and stored["latency_outside"] is None
     assert read_fault_metrics_json(tmp_path) == METRICS
     assert read_fault_metrics_json(tmp_path / "elsewhere") is None
 
@@ -183,3 +183,13 @@ def test_a_malformed_faults_json_names_the_file_and_the_key(
     with pytest.raises(FaultMetricsError, match=re.escape(named)) as caught:
         read_fault_metrics_json(tmp_path)
     assert str(caught.value).startswith(f"{tmp_path / FAULTS_JSON}: ")
+
+
+def test_the_fault_table_reads_each_cells_metrics() -> None:
+    from mqbench.cli.tables import fault_view
+
+    title, *lines = fault_view({"c0": METRICS}, 160)
+    assert "faults" in title.plain
+    row = next(line.plain.split() for line in lines if line.plain.startswith("c0"))
+    # cell, faults, downtime %, sub away, p50/p99 out, p50/p99 in, first, drain, reconnects, dup
+    assert row == ["c0", "2", "25.0", "-", "-", "-", "1.50", "2.50", "0", "1", "2", "1"]
