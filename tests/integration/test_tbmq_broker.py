@@ -107,12 +107,14 @@ def test_paho_clients_exchange_qos_0_1_2_and_retained_messages(
     pub.publish(f"{root}/retained", b"kept", qos=1, retain=True).wait_for_publish(5)
     assert _wait_for(lambda: len(got) == 4)
     time.sleep(0.1)
-    assert got == [
+    # In order on one topic; paho hands a QoS 2 message over at PUBREL, so the retained
+    # QoS 1 message published after it may overtake it (MQTT orders a topic, not a client).
+    assert [g for g in got if g[0] == f"{root}/x"] == [
         (f"{root}/x", b"q0", 0, False),
         (f"{root}/x", b"q1", 1, False),
         (f"{root}/x", b"q2", 2, False),
-        (f"{root}/retained", b"kept", 1, False),
     ]
+    assert [g for g in got if g[0] != f"{root}/x"] == [(f"{root}/retained", b"kept", 1, False)]
     late: list[tuple[str, bytes, bool]] = []
     sub2 = _paho(f"paho-late-{protocol}", protocol, broker.port)
     sub2.on_message = lambda c, u, m: late.append((m.topic, m.payload, bool(m.retain)))
