@@ -21,40 +21,20 @@ from mqbench.endpoint import Endpoint
 
 NativeBrokerFactory = Callable[..., RunningBroker]
 
-RESOURCE_WARNING_DEBT = (
-    "default::ResourceWarning",
-    "default:(?s)Exception ignored.*ResourceWarning:pytest.PytestUnraisableExceptionWarning",
-)
-"""Debt, integration tests only: unclosed files, sockets and event loops are reported here,
-not failed (the unit tests fail on them, pyproject.toml). The last warnings-as-errors run
-of the integration tests printed 53; the unit tests' were fixed. Find the rest with this
-hook commented out, ``pytest tests/integration/<file> -p no:cacheprovider`` a part at a
-time and ``PYTHONTRACEMALLOC=10`` for where each object was made; fix them, then delete
-this and the hook."""
-
 
 @pytest.fixture(autouse=True, scope="module")
 def garbage_collected_within_the_module() -> Iterator[None]:
     """Finalise each integration module's garbage before the next module starts.
 
-    An unclosed socket or event loop an integration test drops is otherwise finalised by
-    whatever collection comes next, perhaps inside a unit test run later in the same
-    process, where ResourceWarnings are errors. The CI of 242de39 failed that way: a
-    collection inside ``ast.parse`` in a unit test turned three integration leftovers into
-    errors (and CPython 3.11's compiler into a SystemError). Collected here, they are
-    reported under this module's own warning rules, against its own last test.
+    ResourceWarnings are errors everywhere (pyproject.toml). An unclosed socket or event
+    loop an integration test drops is otherwise finalised by whatever collection comes
+    next, perhaps in another module's test. The CI of 242de39 failed that way: a collection
+    inside ``ast.parse`` in a unit test turned three integration leftovers into errors (and
+    CPython 3.11's compiler into a SystemError). Collected here, a leak fails the last test
+    of the module that made it.
     """
     yield
     gc.collect()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Report, not fail, the ResourceWarnings of integration tests (``RESOURCE_WARNING_DEBT``)."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            for rule in RESOURCE_WARNING_DEBT:
-                item.add_marker(pytest.mark.filterwarnings(rule), append=False)
 
 
 @pytest.fixture
