@@ -78,6 +78,11 @@ class WorkerStats:
     qos_downgraded: int = _f(0, "sum")
     """Subscriptions the broker granted at a lower QoS than asked."""
     publish_qos2_acked_as_qos1: int = _f(0, "sum")
+    qos2_id_reused: int = _f(0, "sum")
+    """Inbound QoS 2 messages dropped: a different message on a packet id still awaiting
+    PUBREL (the broker reused it; ``ClientStats``)."""
+    qos2_redelivered: int = _f(0, "sum")
+    """Inbound QoS 2 messages the broker sent again after releasing them (delivered twice)."""
     granted_qos_min: int | None = _f(None, "min")
     outage_total_s: float = _f(0.0, "sum")
     outage_max_s: float = _f(0.0, "max")

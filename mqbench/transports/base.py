@@ -94,6 +94,12 @@ class ClientStats:
     """Sends refused because the output buffer was full (see ``Sender``)."""
     qos2_acked_as_qos1: int = 0
     """QoS 2 publishes the broker completed with PUBACK (it downgraded them to QoS 1)."""
+    qos2_id_reused: int = 0
+    """Inbound QoS 2: a different message on a packet id still awaiting PUBREL, dropped as
+    MQTT 3.1.1 section 4.3.3 requires (lost by the broker's fault)."""
+    qos2_redelivered: int = 0
+    """Inbound QoS 2: a message the broker sent again (DUP) after releasing it with PUBREL,
+    delivered twice (the broker broke exactly-once)."""
     unrouted: int = 0
     """Messages received that matched no subscription of the client (dropped)."""
     nacked: int = 0

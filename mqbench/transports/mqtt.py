@@ -27,6 +27,15 @@ and the socket options of ``mqbench.transports.stream`` (``write_buffer_high_byt
 Persistent sessions (``clean_session`` false): QoS 1/2 publishes not yet acknowledged when
 the connection drops are sent again with the DUP flag after the next CONNACK (and PUBREL
 again for those past PUBREC), as MQTT 3.1.1 section 4.4 requires.
+
+Inbound QoS 2 (MQTT 3.1.1 section 4.3.3, method B): a message is delivered once when its
+PUBLISH first arrives; until its PUBREL, a PUBLISH with the same packet id is acknowledged
+(PUBREC) and not delivered again. A CONNACK without a session (session present 0) forgets
+those ids, as the broker did (section 3.2.2.2). Two broker faults are counted
+(``ClientStats``): a different message on an id still awaiting PUBREL (dropped, as the
+spec requires: ``qos2_id_reused``) and a message the broker sends again, DUP set, after it
+released it with PUBREL (a new publication by the spec, so delivered twice:
+``qos2_redelivered``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import zlib
 from collections import deque
 from typing import Final
 
@@ -73,6 +83,10 @@ from mqbench.wire.mqtt.reason_codes import CONNACK_MESSAGES, SUBACK_FAILURE
 from mqbench.wire.topics import topic_matches
 
 _ROUTE_CACHE_MAX: Final = 4096
+_RELEASED_MAX: Final = 1024
+"""Inbound QoS 2 messages remembered after their PUBREL (to recognise the broker sending
+one again): the last 1024, far more than a reconnect leaves in flight."""
+_DUP: Final = 0x08
 _pack_u16 = struct.Struct(">H").pack
 _UNSUPPORTED = TransportErrorKind.UNSUPPORTED
 
@@ -124,6 +138,7 @@ class MqttClient:
         "_qos2_comp",
         "_qos2_in",
         "_qos2_out",
+        "_qos2_released",
         "_qos2_window",
         "_requests",
         "_routes",
@@ -131,6 +146,8 @@ class MqttClient:
         "_stream",
         "_subs",
         "qos2_acked_as_qos1",
+        "qos2_id_reused",
+        "qos2_redelivered",
         "unrouted",
     )
 
@@ -152,7 +169,10 @@ class MqttClient:
         self._ack_handler: AckHandler | None = None
         self._subs: list[tuple[str, MessageHandler]] = []
         self._routes: dict[bytes, MessageHandler] = {}
-        self._qos2_in: set[int] = set()
+        self._qos2_in: dict[int, int] = {}
+        """Inbound QoS 2 messages delivered and awaiting PUBREL: packet id -> payload CRC."""
+        self._qos2_released: dict[int, int] = {}
+        """The last ``_RELEASED_MAX`` inbound QoS 2 messages released by PUBREL (id -> CRC)."""
         self._qos2_out: set[int] = set()
         """QoS 2 publishes waiting for PUBREC."""
         self._qos2_comp: set[int] = set()
@@ -169,6 +189,12 @@ class MqttClient:
         """Messages that matched no subscription of this client (dropped)."""
         self.qos2_acked_as_qos1 = 0
         """QoS 2 publishes the broker answered with PUBACK (it downgraded them to QoS 1)."""
+        self.qos2_id_reused = 0
+        """Inbound QoS 2 PUBLISHes of a different message on a packet id still awaiting
+        PUBREL: dropped (MQTT 3.1.1 section 4.3.3), so lost by the broker's fault."""
+        self.qos2_redelivered = 0
+        """Inbound QoS 2 messages the broker sent again (DUP) after releasing them with
+        PUBREL: delivered twice (the spec makes them new publications)."""
 
     # ------------------------------------------------------------------ Client API
 
@@ -184,6 +210,8 @@ class MqttClient:
         return ClientStats(
             sends_refused=self._stream.sends_refused,
             qos2_acked_as_qos1=self.qos2_acked_as_qos1,
+            qos2_id_reused=self.qos2_id_reused,
+            qos2_redelivered=self.qos2_redelivered,
             unrouted=self.unrouted,
             kernel_stamped_reads=self._stream.kernel_stamped_reads,
             user_stamped_reads=self._stream.user_stamped_reads,
@@ -237,6 +265,7 @@ class MqttClient:
             self._inflight.clear()
             self._frames.clear()
             self._qos2_in.clear()
+            self._qos2_released.clear()
             self._qos2_out.clear()
             self._qos2_comp.clear()
             self._qos2_backlog.clear()
@@ -470,9 +499,8 @@ class MqttClient:
                 self._acks_out.append(bytes((0x40, 2, packet_id >> 8, packet_id & 0xFF)))
             else:
                 self._acks_out.append(PubRec(packet_id).encode())
-                if packet_id in self._qos2_in:
-                    return  # a retransmission of a message already delivered
-                self._qos2_in.add(packet_id)
+                if not self._first_qos2_delivery(packet_id, payload, flags):
+                    return
         handler = self._routes.get(topic)
         if handler is None:
             handler = self._route(topic)
@@ -511,8 +539,29 @@ class MqttClient:
                 if not self._inflight:
                     self._stream.settled()
         elif kind == PUBREL:
-            self._qos2_in.discard(packet_id)
+            crc = self._qos2_in.pop(packet_id, None)
+            if crc is not None:
+                released = self._qos2_released
+                released.pop(packet_id, None)
+                released[packet_id] = crc
+                if len(released) > _RELEASED_MAX:
+                    del released[next(iter(released))]
             self._acks_out.append(PubComp(packet_id).encode())
+
+    def _first_qos2_delivery(self, packet_id: int, payload: memoryview, flags: int) -> bool:
+        """Whether an inbound QoS 2 PUBLISH is delivered: not while its id awaits PUBREL
+        (a retransmission, or a broker's reuse of the id: counted). A resend (DUP) of a
+        message already released is delivered again and counted."""
+        crc = zlib.crc32(payload)
+        held = self._qos2_in.get(packet_id)
+        if held is not None:
+            if held != crc:
+                self.qos2_id_reused += 1
+            return False
+        if flags & _DUP and self._qos2_released.get(packet_id) == crc:
+            self.qos2_redelivered += 1
+        self._qos2_in[packet_id] = crc
+        return True
 
     def _route(self, topic: bytes) -> MessageHandler | None:
         try:
@@ -531,6 +580,11 @@ class MqttClient:
         if isinstance(packet, Connack):
             if self._connack is None or self._connack.done():
                 raise MqttProtocolError("unexpected second CONNACK")
+            if packet.return_code == 0 and not packet.session_present:
+                # The broker kept no session: the ids it had not released are free again
+                # (here, before the PUBLISHes that may follow in the same read).
+                self._qos2_in.clear()
+                self._qos2_released.clear()
             self._connack.set_result(packet)
         elif isinstance(packet, Suback | Unsuback):
             future = self._requests.get(packet.packet_id)

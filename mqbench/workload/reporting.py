@@ -42,6 +42,18 @@ def count_stamps(clients: list[Client | None]) -> tuple[int, int]:
     return kernel, user
 
 
+def count_qos2_faults(clients: list[Client | None]) -> tuple[int, int]:
+    """Inbound QoS 2 messages dropped on a reused packet id and delivered again after their
+    release, over ``clients`` (the broker's faults, ``ClientStats``)."""
+    reused = redelivered = 0
+    for client in clients:
+        if client is not None:
+            stats = client.stats()
+            reused += stats.qos2_id_reused
+            redelivered += stats.qos2_redelivered
+    return reused, redelivered
+
+
 def count_clients(clients: list[Client | None]) -> ClientTotals:
     """The per-client figures of ``clients`` summed (None: never connected)."""
     connected = pending = puback = refused = 0
@@ -130,6 +142,7 @@ class WorkerReport:
             self._client_totals = count_clients(pool.all())
         connected, pending, puback, refused = self._client_totals
         kernel_stamped, user_stamped = count_stamps(pool.all()) if fresh else (0, 0)
+        reused, redelivered = count_qos2_faults(pool.all()) if fresh else (0, 0)
         pending += core.pending_write_bytes
         refused += core.sends_refused
         kernel_stamped += core.kernel_stamped_reads
@@ -164,6 +177,8 @@ class WorkerReport:
             reconnects=pool.reconnects,
             qos_downgraded=pool.qos_downgraded,
             publish_qos2_acked_as_qos1=puback,
+            qos2_id_reused=reused,
+            qos2_redelivered=redelivered,
             granted_qos_min=pool.granted_qos_min,
             outage_total_s=round(pool.outage_total_s, 6),
             outage_max_s=round(pool.outage_max_s, 6),

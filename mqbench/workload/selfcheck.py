@@ -63,6 +63,7 @@ def generator_verdict(
             f"the broker answered {total.publish_qos2_acked_as_qos1} QoS 2 publish(es) with "
             "PUBACK: it treats QoS 2 as QoS 1 (at least once, duplicates possible)"
         )
+    warnings += qos2_broker_faults(total)
     for w in workers:
         cpu = w.publish_cpu_fraction
         if cpu is not None and cpu > MAX_WORKER_CPU:
@@ -87,6 +88,23 @@ def generator_verdict(
         warnings=tuple(warnings),
         workers=tuple(workers),
     )
+
+
+def qos2_broker_faults(total: WorkerStats) -> list[str]:
+    """Warnings for inbound QoS 2 messages the broker broke exactly-once on (MQTT 3.1.1
+    section 4.3.3): the loss and the duplicates they explain, counted by the subscribers."""
+    out = []
+    if total.qos2_redelivered:
+        out.append(
+            f"the broker sent {total.qos2_redelivered} QoS 2 message(s) again after releasing "
+            "them (PUBREL): delivered twice, exactly-once broken by the broker"
+        )
+    if total.qos2_id_reused:
+        out.append(
+            f"the broker sent {total.qos2_id_reused} QoS 2 message(s) on a packet id still "
+            "awaiting PUBREL: dropped as MQTT 3.1.1 requires, lost by the broker's fault"
+        )
+    return out
 
 
 def loop_stalls(w: WorkerStats) -> tuple[bool, str] | None:

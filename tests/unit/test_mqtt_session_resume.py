@@ -1,4 +1,5 @@
-"""The MQTT client's QoS 1/2 session state: resend after reconnect, the QoS 2 in-flight window.
+"""The MQTT client's QoS 1/2 session state: resend after reconnect, the QoS 2 in-flight window,
+inbound QoS 2 delivered once per message and the broker's breaches of it counted.
 
 A scripted broker on 127.0.0.1 (a few lines of asyncio over the codec) plays each side of
 the exchange, so the tests see exactly which packets the client writes and when.
@@ -23,6 +24,8 @@ from mqbench.wire.mqtt.packets import (
     Publish,
     PubRec,
     PubRel,
+    Suback,
+    Subscribe,
 )
 from mqbench.wire.mqtt.primitives import decode_remaining_length
 
@@ -189,6 +192,98 @@ def test_qos2_publishes_beyond_the_window_wait_in_order_for_a_completed_flow() -
         await client.flush(2)
         assert acked == [0, 1, 2, 3, 4]
         assert client.inflight == 0
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+async def subscribed_client() -> tuple[
+    ScriptedBroker, MqttClient, list[bytes], asyncio.StreamReader, Any
+]:
+    """A persistent-session client subscribed at QoS 2 to ``t/#`` on a scripted broker;
+    the list collects the payloads it delivers."""
+    broker = ScriptedBroker()
+    endpoint = await broker.start()
+    client = MqttClient(endpoint, ClientOptions("sub-1", clean_session=False))
+    connecting = asyncio.create_task(client.connect())
+    reader, writer = await broker.accept(session_present=False)
+    await connecting
+    got: list[bytes] = []
+    subscribing = asyncio.create_task(client.subscribe("t/#", 2, lambda p, t: got.append(bytes(p))))
+    request = await read_packet(reader)
+    assert isinstance(request, Subscribe)
+    writer.write(Suback(request.packet_id, (2,)).encode())
+    await subscribing
+    return broker, client, got, reader, writer
+
+
+async def deliver(reader: asyncio.StreamReader, writer: Any, packet: Publish | PubRel) -> Packet:
+    """Send ``packet`` as the broker and return the client's answer (PUBREC / PUBCOMP)."""
+    writer.write(packet.encode())
+    return await read_packet(reader)
+
+
+def test_a_qos2_message_resent_after_its_release_is_delivered_again_and_counted() -> None:
+    async def scenario() -> None:
+        broker, client, got, reader, writer = await subscribed_client()
+        assert await deliver(reader, writer, Publish("t/a", b"A", 2, 7)) == PubRec(7)
+        assert await deliver(reader, writer, PubRel(7)) == PubComp(7)
+        # the PUBCOMP is lost with the connection; the broker sends the PUBLISH, not PUBREL
+        reader, writer = await drop_and_reconnect(broker, client, writer)
+        replay = Publish("t/a", b"A", 2, 7, dup=True)
+        assert await deliver(reader, writer, replay) == PubRec(7)
+        assert await deliver(reader, writer, PubRel(7)) == PubComp(7)
+        assert got == [b"A", b"A"]
+        assert (client.stats().qos2_redelivered, client.stats().qos2_id_reused) == (1, 0)
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_qos2_retransmission_before_pubrel_is_dropped_and_a_new_message_on_its_id_counted() -> (
+    None
+):
+    async def scenario() -> None:
+        broker, client, got, reader, writer = await subscribed_client()
+        assert await deliver(reader, writer, Publish("t/a", b"A", 2, 7)) == PubRec(7)
+        reader, writer = await drop_and_reconnect(broker, client, writer)
+        resend = Publish("t/a", b"A", 2, 7, dup=True)
+        assert await deliver(reader, writer, resend) == PubRec(7)
+        assert got == [b"A"]
+        assert (client.stats().qos2_redelivered, client.stats().qos2_id_reused) == (0, 0)
+        # a different message on the id still awaiting PUBREL: dropped, counted
+        assert await deliver(reader, writer, Publish("t/a", b"B", 2, 7)) == PubRec(7)
+        assert got == [b"A"]
+        assert client.stats().qos2_id_reused == 1
+        # released, the id is free for a new message
+        assert await deliver(reader, writer, PubRel(7)) == PubComp(7)
+        assert await deliver(reader, writer, Publish("t/a", b"C", 2, 7)) == PubRec(7)
+        assert got == [b"A", b"C"]
+        assert client.stats().qos2_redelivered == 0
+        await client.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_connack_without_a_session_frees_the_qos2_ids_awaiting_pubrel() -> None:
+    async def scenario() -> None:
+        broker, client, got, reader, writer = await subscribed_client()
+        assert await deliver(reader, writer, Publish("t/a", b"A", 2, 7)) == PubRec(7)
+        writer.transport.abort()
+        for _ in range(100):
+            if not client.connected:
+                break
+            await asyncio.sleep(0.01)
+        connecting = asyncio.create_task(client.connect())
+        reader, writer = await broker.accept(session_present=False)
+        await connecting
+        # the broker lost the session: id 7 carries a new message
+        assert await deliver(reader, writer, Publish("t/a", b"B", 2, 7)) == PubRec(7)
+        assert got == [b"A", b"B"]
+        assert client.stats().qos2_id_reused == 0
         await client.close()
         await broker.stop()
 

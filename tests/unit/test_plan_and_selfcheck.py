@@ -202,6 +202,21 @@ def test_subscriptions_granted_a_lower_qos_are_a_warning_naming_the_granted_qos(
     assert "granted 10 subscription(s) QoS 1, lower than asked" in warning
 
 
+def test_qos2_messages_the_broker_resent_after_release_or_on_a_held_id_are_warnings() -> None:
+    workers = [
+        WorkerStats(worker=0, due=100, qos2_redelivered=1),
+        WorkerStats(worker=1, due=100, qos2_redelivered=1, qos2_id_reused=3),
+    ]
+    verdict = generator_verdict(workers, late_threshold_ms=5)
+    assert not verdict.saturated
+    assert list(verdict.warnings) == [
+        "the broker sent 2 QoS 2 message(s) again after releasing them (PUBREL): delivered "
+        "twice, exactly-once broken by the broker",
+        "the broker sent 3 QoS 2 message(s) on a packet id still awaiting PUBREL: dropped as "
+        "MQTT 3.1.1 requires, lost by the broker's fault",
+    ]
+
+
 def test_qos2_publishes_answered_with_puback_are_a_warning() -> None:
     verdict = generator_verdict(
         [WorkerStats(worker=0, due=100, publish_qos2_acked_as_qos1=100)], late_threshold_ms=5

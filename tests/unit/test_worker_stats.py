@@ -12,7 +12,8 @@ MANIFEST_KEYS = [
     "wake_margin_us", "publish_yields", "max_loop_lag_ns", "loop_stalls", "loop_stall_ns",
     "loop_probe_ns", "connected", "connect_failed",
     "first_connect_error", "connected_ns", "disconnects", "reconnects", "qos_downgraded",
-    "publish_qos2_acked_as_qos1", "granted_qos_min", "outage_total_s", "outage_max_s",
+    "publish_qos2_acked_as_qos1", "qos2_id_reused", "qos2_redelivered", "granted_qos_min",
+    "outage_total_s", "outage_max_s",
     "pending_write_bytes", "cpu_s", "publish_cpu_fraction", "kernel_stamped_reads",
     "user_stamped_reads", "sched_policy", "t_ns",
 ]  # fmt: skip
