@@ -242,9 +242,7 @@ def test_a_qos2_message_resent_after_its_release_is_delivered_again_and_counted(
     asyncio.run(scenario())
 
 
-def test_a_qos2_retransmission_before_pubrel_is_dropped_and_a_new_message_on_its_id_counted() -> (
-    None
-):
+def test_a_qos2_resend_before_pubrel_is_dropped_and_a_new_message_on_its_id_counted() -> None:
     async def scenario() -> None:
         broker, client, got, reader, writer = await subscribed_client()
         assert await deliver(reader, writer, Publish("t/a", b"A", 2, 7)) == PubRec(7)
