@@ -19,6 +19,7 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.events import EventKind, read_events
+from mqbench.records.worker_stats import WorkerStats
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 runner = CliRunner()
@@ -81,14 +82,24 @@ def test_qos0_loses_messages_but_no_more_than_the_downtime_plus_two_points(exp3:
     assert not cell["generator"]["saturated"], cell["generator"]["reasons"]
 
 
+def qos2_broker_faults(cell: dict[str, Any]) -> WorkerStats:
+    """The subscribers' counts of QoS 2 messages the broker broke exactly-once on
+    (``qos2_id_reused``: dropped; ``qos2_redelivered``: delivered twice)."""
+    return WorkerStats.total(WorkerStats.from_dict(w) for w in cell["generator"]["workers"])
+
+
 @pytest.mark.parametrize("qos", [1, 2])
 def test_qos1_and_qos2_lose_nothing_across_resets(exp3: Any, qos: int) -> None:
     target, results = exp3
-    _, _, summary, metrics = results[qos]
+    cell, _, summary, metrics = results[qos]
     assert metrics.faults >= 2
     assert metrics.reconnects >= 10 * 2, "every subscriber must have reconnected per fault"
     assert summary.expected > 5000
-    assert summary.lost == 0, f"{target} QoS {qos}: {summary.lost} of {summary.expected} lost"
+    # Nothing is lost but what the broker sent on a packet id it had not released.
+    dropped = qos2_broker_faults(cell).qos2_id_reused
+    assert summary.lost <= dropped, (
+        f"{target} QoS {qos}: {summary.lost} of {summary.expected} lost, {dropped} explained"
+    )
 
 
 def test_qos2_delivers_every_message_exactly_once_where_the_broker_grants_qos2(
@@ -104,8 +115,10 @@ def test_qos2_delivers_every_message_exactly_once_where_the_broker_grants_qos2(
         assert any("with PUBACK" in w for w in warnings), warnings
         return
     assert not any("lower than asked" in w or "PUBACK" in w for w in warnings), warnings
-    assert summary.duplicates == 0, target
-    assert metrics.duplicates == 0, target
+    # No duplicate but a message the broker sent again after releasing it (docs/findings.md).
+    redelivered = qos2_broker_faults(cell).qos2_redelivered
+    assert summary.duplicates <= redelivered, (target, warnings)
+    assert metrics.duplicates <= redelivered, (target, warnings)
 
 
 def test_fault_timeline_matches_the_proxy_log(exp3: Any) -> None:
