@@ -26,9 +26,10 @@ STATS_INTERVAL_S = 0.5
 CLIENT_STATS_SLICE = 256
 LOOP_LAG_PROBE_S = 0.05
 
-ClientTotals = tuple[int, int, int, int]
+ClientTotals = tuple[int, int, int, int, int, int]
 """Connected clients, bytes pending in their buffers, QoS 2 publishes acked as QoS 1,
-sends refused."""
+sends refused, inbound QoS 2 messages dropped on a reused packet id and delivered again
+after their release (the broker's breaches, ``ClientStats``)."""
 
 
 def count_stamps(clients: list[Client | None]) -> tuple[int, int]:
@@ -42,21 +43,9 @@ def count_stamps(clients: list[Client | None]) -> tuple[int, int]:
     return kernel, user
 
 
-def count_qos2_faults(clients: list[Client | None]) -> tuple[int, int]:
-    """Inbound QoS 2 messages dropped on a reused packet id and delivered again after their
-    release, over ``clients`` (the broker's faults, ``ClientStats``)."""
-    reused = redelivered = 0
-    for client in clients:
-        if client is not None:
-            stats = client.stats()
-            reused += stats.qos2_id_reused
-            redelivered += stats.qos2_redelivered
-    return reused, redelivered
-
-
 def count_clients(clients: list[Client | None]) -> ClientTotals:
     """The per-client figures of ``clients`` summed (None: never connected)."""
-    connected = pending = puback = refused = 0
+    connected = pending = puback = refused = reused = redelivered = 0
     for c in clients:
         if c is None:
             continue
@@ -66,7 +55,9 @@ def count_clients(clients: list[Client | None]) -> ClientTotals:
         stats = c.stats()
         puback += stats.qos2_acked_as_qos1
         refused += stats.sends_refused
-    return connected, pending, puback, refused
+        reused += stats.qos2_id_reused
+        redelivered += stats.qos2_redelivered
+    return connected, pending, puback, refused, reused, redelivered
 
 
 class WorkerReport:
@@ -87,7 +78,7 @@ class WorkerReport:
         self.loop_stalls = 0
         self.loop_stall_ns = 0
         self.loop_probe_ns = 0
-        self._client_totals: ClientTotals = (0, 0, 0, 0)
+        self._client_totals: ClientTotals = (0, 0, 0, 0, 0, 0)
 
     async def every_interval(self, send: Callable[[WorkerStats], None]) -> None:
         """Recount the clients and ``send`` the stats every ``STATS_INTERVAL_S`` (forever)."""
@@ -119,12 +110,14 @@ class WorkerReport:
         interval it stalled the loop (15-20 ms loop lag with 9000 pairs, >1% of sends late).
         """
         clients = self.pool.all()
-        totals = [0, 0, 0, 0]
+        totals = [0] * 6
         for i in range(0, len(clients), CLIENT_STATS_SLICE):
             for k, value in enumerate(count_clients(clients[i : i + CLIENT_STATS_SLICE])):
                 totals[k] += value
             await asyncio.sleep(0)
-        self._client_totals = (totals[0], totals[1], totals[2], totals[3])
+        self._client_totals = (
+            totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
+        )  # fmt: skip
 
     def stats(self, fresh: bool = True) -> WorkerStats:
         """Counters reported to the parent (cumulative).
@@ -140,9 +133,8 @@ class WorkerReport:
         loop_stats = publishing.stats
         if fresh:
             self._client_totals = count_clients(pool.all())
-        connected, pending, puback, refused = self._client_totals
+        connected, pending, puback, refused, reused, redelivered = self._client_totals
         kernel_stamped, user_stamped = count_stamps(pool.all()) if fresh else (0, 0)
-        reused, redelivered = count_qos2_faults(pool.all()) if fresh else (0, 0)
         pending += core.pending_write_bytes
         refused += core.sends_refused
         kernel_stamped += core.kernel_stamped_reads

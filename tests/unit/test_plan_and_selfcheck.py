@@ -8,6 +8,7 @@ import pytest
 from mqbench.errors import ScenarioError
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.scenario.matrix import Cell
+from mqbench.workload.coordinator import drained
 from mqbench.workload.plan import (
     SPLIT_ABOVE_MSG_S,
     WorkerPlan,
@@ -225,3 +226,12 @@ def test_qos2_publishes_answered_with_puback_are_a_warning() -> None:
         "the broker answered 100 QoS 2 publish(es) with PUBACK: it treats QoS 2 as QoS 1 "
         "(at least once, duplicates possible)"
     ]
+
+
+def test_a_message_the_broker_delivered_twice_does_not_end_the_drain_one_message_early() -> None:
+    # 100 sent, 100 delivery records of which one is the broker's second delivery of a
+    # message (counted by the subscriber): one message is still on its way.
+    waiting = WorkerStats(sent=100, received=100, qos2_redelivered=1)
+    assert not drained(waiting, 1.0)
+    assert drained(WorkerStats(sent=100, received=101, qos2_redelivered=1), 1.0)
+    assert drained(WorkerStats(sent=100, received=300), 3.0)  # fanout: 3 deliveries each
