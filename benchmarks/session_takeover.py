@@ -29,20 +29,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from _raw_mqtt import Conn
 
 from mqbench.brokers.base import StartRequest
 from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
-    Packet,
     PubAck,
     PubComp,
     Publish,
@@ -51,38 +50,9 @@ from mqbench.wire.mqtt.packets import (
     Suback,
     Subscribe,
 )
-from mqbench.wire.mqtt.parser import StreamParser
 
 MESSAGES = 20
 TOPIC = "takeover/t"
-
-
-class Conn:
-    """One blocking MQTT 3.1.1 connection to the broker on 127.0.0.1."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.parser = StreamParser()
-        self.pending: list[Packet] = []
-
-    def send(self, packet: Any) -> None:
-        self.sock.sendall(packet.encode())
-
-    def next(self, timeout: float = 5.0) -> Packet | None:
-        """The next packet; None when the broker closed the connection or ``timeout`` ran."""
-        self.sock.settimeout(timeout)
-        while not self.pending:
-            try:
-                data = self.sock.recv(65536)
-            except (TimeoutError, ConnectionError):
-                return None
-            if not data:
-                return None
-            self.pending += self.parser.feed(data)
-        return self.pending.pop(0)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass
