@@ -21,6 +21,7 @@ import pytest
 from loops import run as run_on
 from loops import wait_until as poll_until
 from paho.mqtt.enums import CallbackAPIVersion
+from paho_clients import stop_paho
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.endpoint import Endpoint
@@ -97,8 +98,7 @@ class PahoOracle:
             return len(self.received)
 
     def stop(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        stop_paho(self.client)
 
 
 # ------------------------------------------------------------------ MQTT: lean client vs paho

@@ -19,6 +19,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from paho_clients import stop_paho
 
 from mqbench.brokers.base import RunningBroker
 
@@ -106,8 +107,7 @@ class V5:
             return [payload for _, payload, _, _ in self.received]
 
     def stop(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        stop_paho(self.client)
 
 
 class Proc:

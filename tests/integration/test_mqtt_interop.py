@@ -17,6 +17,7 @@ import paho.mqtt.client as paho
 import pytest
 from loops import LOOPS, run, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
+from paho_clients import stop_paho
 
 from mqbench.brokers.base import RunningBroker
 from mqbench.endpoint import Endpoint
@@ -103,8 +104,21 @@ class Paho:
             return len(self.received)
 
     def stop(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
+        stop_paho(self.client)
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_stopped_paho_test_client_holds_no_socket_without_waiting_for_the_collector(
+    mosquitto: RunningBroker,
+) -> None:
+    before = open_descriptors()
+    oracle = Paho(mosquitto, "paho-fds")
+    assert open_descriptors() >= before + 3  # its connection and its wake-up socket pair
+    oracle.stop()
+    assert open_descriptors() == before
 
 
 @pytest.mark.parametrize("qos", [0, 1, 2])

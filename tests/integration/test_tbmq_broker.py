@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
+from paho_clients import stop_paho
 from tbmq_helpers import BrokerThread, running_broker
 
 from mqbench.brokers.services.backing import PostgresService, RedisService
@@ -84,8 +85,7 @@ def _paho(client_id: str, protocol: int, port: int, **kwargs: Any) -> paho.Clien
 
 def _stop(*clients: paho.Client) -> None:
     for client in clients:
-        client.disconnect()
-        client.loop_stop()
+        stop_paho(client)
 
 
 # ----------------------------------------------------------------------------- interop
