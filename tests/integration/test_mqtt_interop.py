@@ -26,6 +26,7 @@ from mqbench.records.format import pack_header, unpack_header
 from mqbench.transports.base import ClientOptions
 from mqbench.transports.events import ClientEvent, Connected, Disconnected, ProtocolError
 from mqbench.transports.mqtt import MqttClient, MqttTransport
+from mqbench.transports.registry import get_transport
 from mqbench.wire.mqtt.packets import (
     Connack,
     Connect,
@@ -119,6 +120,20 @@ def test_a_stopped_paho_test_client_holds_no_socket_without_waiting_for_the_coll
     assert open_descriptors() >= before + 3  # its connection and its wake-up socket pair
     oracle.stop()
     assert open_descriptors() == before
+
+
+def test_the_paho_transports_client_holds_no_socket_once_closed(mosquitto: RunningBroker) -> None:
+    async def scenario() -> None:
+        before = open_descriptors()
+        client = get_transport("paho").create_client(
+            mosquitto.endpoint, ClientOptions(client_id="paho-transport-fds")
+        )
+        await client.connect()
+        assert open_descriptors() >= before + 3  # its connection and its wake-up socket pair
+        await client.close()
+        assert open_descriptors() == before
+
+    run("asyncio", scenario())
 
 
 @pytest.mark.parametrize("qos", [0, 1, 2])

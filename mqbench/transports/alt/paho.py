@@ -60,6 +60,21 @@ CAPABILITIES = TransportCapabilities(
 """What the paho client can do."""
 
 
+def _close_wakeup_pair(client: paho.Client) -> None:
+    """Close the loopback socket pair ``loop_start()`` opened to wake paho's thread.
+
+    paho 2.x closes it only in ``Client.__del__``; our client and paho's sit in a reference
+    cycle (paho's callbacks are our bound methods), so the pair would wait for the garbage
+    collector, which may finalise the sockets before the client and report them unclosed.
+    Once the thread has stopped nothing reads the pair, and a later ``loop_start()`` opens a
+    new one. paho has no public call for this short of ``reinitialise()``, which would also
+    drop the callbacks and settings a reconnect reuses.
+    """
+    reset = getattr(client, "_reset_sockets", None)
+    if reset is not None:
+        reset(sockpair_only=True)
+
+
 def _user(username: str | None) -> str:
     return f" (user {username!r})" if username is not None else ""
 
@@ -330,8 +345,11 @@ class PahoClient:
         if self._started:
             self._started = False
             loop = asyncio.get_running_loop()
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.wait_for(loop.run_in_executor(None, self._client.loop_stop), 10)
+            except Exception:
+                return  # paho's thread may still be waiting on its wake-up pair: leave it
+        _close_wakeup_pair(self._client)
 
     def _emit(self, event: ClientEvent) -> None:
         handler = self._options.on_event
