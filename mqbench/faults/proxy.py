@@ -30,8 +30,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from types import TracebackType
-from typing import Final
+from typing import IO, Final
 
 from mqbench.errors import MqbenchError
 from mqbench.faults.api import TOXIPROXY_VERSION, ToxiproxyApi, version_text
@@ -156,13 +157,51 @@ class ProxyServerThread:
         self.stop()
 
 
+OUTPUT_TAIL_LINES: Final = 50
+"""Lines of the proxy process's output kept for diagnostics (the rest is read and dropped)."""
+
+
+class _OutputTail:
+    """Reads a child's output pipe to its end on a daemon thread, keeping the last lines.
+
+    A pipe nobody reads fills (64 KiB on Linux) and then blocks the child's next write: a
+    proxy whose event loop logs a warning per failing connection during a long fault run
+    would freeze mid-write, and with it every connection it carries.
+    """
+
+    def __init__(self, pipe: IO[str], name: str) -> None:
+        self._pipe = pipe
+        self._lines: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        self._thread = threading.Thread(target=self._read, name=name, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        # The thread owns the pipe: closing it from another thread while this one is
+        # blocked in a read would wait for that read to return.
+        with self._pipe, contextlib.suppress(OSError, ValueError):
+            for line in self._pipe:
+                self._lines.append(line.rstrip("\n"))
+
+    def finish(self, timeout_s: float) -> list[str]:
+        """Wait (bounded) for the end of the output (the pipe is then closed); the last lines."""
+        self._thread.join(timeout_s)
+        return list(self._lines)
+
+
 class ProxyProcess:
     """A ``python -m mqbench.faults.proxy`` child process (see ``start_proxy_process``)."""
 
     def __init__(self, process: subprocess.Popen[str], url: str) -> None:
-        """Wrap a started process whose API answers at ``url``."""
+        """Wrap a started process whose API answers at ``url``; its output is read from now on."""
         self.process = process
         self.url = url
+        self._tails = [
+            _OutputTail(pipe, f"mqbench-proxy-{name}-{process.pid}")
+            for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+            if pipe is not None
+        ]
+        self.output_tail: list[str] = []
+        """The last lines the process wrote (stdout, then stderr), once it was stopped."""
 
     @property
     def pid(self) -> int:
@@ -179,9 +218,7 @@ class ProxyProcess:
                 self.process.kill()
                 self.process.wait(STOP_GRACE_S)
         lifeline.release(self.process.pid)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
+        self.output_tail = [line for tail in self._tails for line in tail.finish(STOP_GRACE_S)]
         return int(self.process.returncode)
 
 
