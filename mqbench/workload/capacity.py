@@ -37,7 +37,8 @@ from mqbench.errors import CapacityError, ResultsError
 from mqbench.records.format import RECORD_SIZE
 from mqbench.scenario.matrix import AXIS_FIELDS, Cell
 from mqbench.scenario.model import Scenario
-from mqbench.workload.plan import cell_shards
+from mqbench.workload.hot_path import engine_for
+from mqbench.workload.plan import FILES_PER_CONNECTION, cell_shards
 
 WORKER_FD_RESERVE: Final = 1000
 """Files a worker keeps for itself: record files, pipes, the event loop, libraries."""
@@ -142,12 +143,15 @@ def check_fits(scenario: Scenario, cells: Sequence[Cell], limits: Limits | None 
 
 def _check_cell(scenario: Scenario, cell: Cell, limits: Limits) -> None:
     conns = cell.connections
-    workers, _ = cell_shards(scenario.generator, cell, limits.cpus)
+    engine = engine_for(scenario, cell)
+    files = FILES_PER_CONNECTION[engine]
+    workers, _ = cell_shards(scenario.generator, cell, limits.cpus, engine)
     per_worker = math.ceil(conns / workers)
-    usable = limits.generator_open_files - WORKER_FD_RESERVE
+    usable = (limits.generator_open_files - WORKER_FD_RESERVE) // files
     if per_worker > usable:
+        each = " (two files each on the compiled core)" if files > 1 else ""
         raise CapacityError(
-            f"cell {cell.id}: {per_worker:,} connections per worker process exceed the "
+            f"cell {cell.id}: {per_worker:,} connections per worker process{each} exceed the "
             f"generator's open-files limit of {limits.generator_open_files:,} "
             f"(minus {WORKER_FD_RESERVE} kept for records and pipes); "
             f"set generator.workers to at least {math.ceil(conns / max(1, usable))}"

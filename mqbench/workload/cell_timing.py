@@ -23,6 +23,7 @@ from mqbench.records.timing import WakeupFloor
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
+from mqbench.workload.hot_path import engine_for
 from mqbench.workload.plan import cell_shards
 from mqbench.workload.realtime import (
     BrokerPlacement,
@@ -77,7 +78,8 @@ class RunTiming:
     def generator_cores(self, cell: Cell) -> float:
         """Estimated cores the cell's workers need."""
         generator = self.scenario.generator
-        workers, _ = cell_shards(generator, cell, len(self.facts().cpus))
+        engine = engine_for(self.scenario, cell)
+        workers, _ = cell_shards(generator, cell, len(self.facts().cpus), engine)
         client = resolve_client(get_target(cell.target).transport, cell.client)
         return estimate_generator_cores(
             cell.offered_rate, cell.expected_delivery_rate, workers, self.hints.ceilings.get(client)

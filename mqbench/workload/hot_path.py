@@ -16,11 +16,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from mqbench.brokers.registry import get_target
 from mqbench.errors import ScenarioError
-from mqbench.records.hot_path import HotPathEntry
+from mqbench.records.hot_path import HotPathEngine, HotPathEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.base import TransportCapabilities
+from mqbench.transports.registry import get_transport, resolve_client
 
 CORE_MODULE = "mqbench_core"
 
@@ -84,3 +86,16 @@ def choose(
         return HotPathEntry("python", f"auto: python, {why}")
     served = f"{requested}: the compiled core serves this cell"
     return HotPathEntry("compiled", served, install.version)
+
+
+def engine_for(scenario: Scenario, cell: Cell, install: CoreInstall | None = None) -> HotPathEngine:
+    """The engine ``cell`` will run on, for sizing its workers before it runs.
+
+    ``python`` when ``compiled`` is asked for and cannot serve the cell: the preflight's
+    ``check_hot_paths`` refuses that case with its own reason.
+    """
+    client = resolve_client(get_target(cell.target).transport, cell.client)
+    try:
+        return choose(scenario, cell, get_transport(client).capabilities, install).engine
+    except ScenarioError:
+        return "python"

@@ -19,6 +19,9 @@ MAX_CONNECTIONS_PER_WORKER = 19000
 """Open files are capped at 20000 per process here; keep headroom for records and pipes."""
 AUTO_CONNECTIONS_PER_WORKER = 2000
 """``workers: auto`` adds a process per this many connections (one wake-up per message each)."""
+FILES_PER_CONNECTION: dict[HotPathEngine, int] = {"python": 1, "compiled": 2}
+"""Open files a worker holds per connection: the compiled core owns a duplicate of each
+lent socket while the client keeps its own (``LendsSockets.lend_socket``)."""
 SPLIT_ABOVE_MSG_S = 2000.0
 """``layout: auto`` runs publishers and subscribers in separate processes above this rate."""
 
@@ -104,17 +107,23 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def worker_count(requested: int | str, connections: int, cpus: int) -> int:
-    """Worker processes for a cell: ``auto`` or a number that fits the per-process fd cap."""
-    needed = math.ceil(connections / MAX_CONNECTIONS_PER_WORKER)
+def worker_count(
+    requested: int | str, connections: int, cpus: int, files_per_connection: int = 1
+) -> int:
+    """Worker processes for a cell: ``auto`` or a number that fits the per-process fd cap
+    (``files_per_connection``: see ``FILES_PER_CONNECTION``)."""
+    per_worker = MAX_CONNECTIONS_PER_WORKER // files_per_connection
+    needed = math.ceil(connections / per_worker)
     if requested == "auto":
         count = min(max(1, cpus), max(1, math.ceil(connections / AUTO_CONNECTIONS_PER_WORKER)))
         return max(count, needed)
     if int(requested) < needed:
+        why = "open files are capped at 20000"
+        if files_per_connection > 1:
+            why += f", and the compiled core holds {files_per_connection} per connection"
         raise ScenarioError(
             f"{connections} connections need at least {needed} worker processes "
-            f"(<= {MAX_CONNECTIONS_PER_WORKER} per process: open files are capped at 20000); "
-            f"generator.workers is {requested}"
+            f"(<= {per_worker} per process: {why}); generator.workers is {requested}"
         )
     return int(requested)
 
@@ -133,7 +142,8 @@ def cell_shards(
     """
     if generator.distributed:
         return worker_count(generator.executors, cell.connections, 1), "shared"
-    workers = worker_count(generator.workers, cell.connections, cpus)
+    files = FILES_PER_CONNECTION[hot_path]
+    workers = worker_count(generator.workers, cell.connections, cpus, files)
     kernel_stamped_core = hot_path == "compiled" and generator.receive_stamp == "kernel"
     return workers, resolve_layout(generator.layout, cell, kernel_stamped_core)
 

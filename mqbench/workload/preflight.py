@@ -32,7 +32,8 @@ from mqbench.wire.topics import is_filter
 from mqbench.workload.capacity import check_disk_space, check_fits
 from mqbench.workload.distributed import check_distributed, check_remote_output, staging_parent
 from mqbench.workload.hot_path import choose as choose_hot_path
-from mqbench.workload.plan import worker_count
+from mqbench.workload.hot_path import engine_for
+from mqbench.workload.plan import FILES_PER_CONNECTION, worker_count
 from mqbench.workload.security import broker_start_options, check_security
 from mqbench.workload.topology import build_topology, fault_targets
 
@@ -182,7 +183,8 @@ def check_cells(scenario: Scenario, cells: Sequence[Cell]) -> None:
     cpus = os.cpu_count() or 1
     for cell in cells:
         if not scenario.generator.distributed:  # local processes: bounded by this machine
-            worker_count(scenario.generator.workers, cell.connections, cpus)
+            files = FILES_PER_CONNECTION[engine_for(scenario, cell)]
+            worker_count(scenario.generator.workers, cell.connections, cpus, files)
         topology = build_topology(cell, "check", scenario.seed)
         if scenario.faults is not None:
             fault_targets(topology, scenario.faults.target)

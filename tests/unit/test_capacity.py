@@ -12,7 +12,7 @@ from mqbench.errors import CapacityError, ResultsError
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand
 from mqbench.scenario.model import Scenario
-from mqbench.workload import capacity
+from mqbench.workload import capacity, hot_path
 from mqbench.workload.capacity import Limits, check_disk_space, check_fits, record_bytes
 
 runner = CliRunner()
@@ -47,6 +47,37 @@ def test_a_million_pairs_need_more_worker_processes_than_cores_allow() -> None:
     message = refusal(scenario(pairs=1_000_000))
     assert "2,000,000 connections need 106 worker processes" in message
     assert "open-files limit 20,000" in message and "4 per core on this 2-core machine" in message
+
+
+def test_the_compiled_core_counts_two_files_per_connection_against_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hot_path, "core_install", lambda: hot_path.CoreInstall("9.9.9"))
+    # 12,000 files: 6,000 connections fit one Python worker, not one compiled-core worker
+    low = Limits(**{**HERE.__dict__, "generator_open_files": 12_000, "broker_open_files": None})
+    workload = {"pairs": 3000, "rate": 10, "payload": "1KiB", "duration": "10s"}
+    compiled = validate_scenario(
+        {
+            "name": "cap",
+            "targets": ["mosquitto"],
+            "generator": {"workers": 1},
+            "workload": workload,
+        },
+        "test",
+    )
+    message = refusal(compiled, low)
+    assert "6,000 connections per worker process (two files each on the compiled core)" in message
+    assert "set generator.workers to at least 2" in message
+    python = validate_scenario(
+        {
+            "name": "cap",
+            "targets": ["mosquitto"],
+            "generator": {"workers": 1, "hot_path": "python"},
+            "workload": workload,
+        },
+        "test",
+    )
+    check_fits(python, expand(python), low)
 
 
 def test_more_connections_than_the_broker_may_open_names_its_open_files_limit() -> None:

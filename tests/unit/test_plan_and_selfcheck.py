@@ -41,6 +41,17 @@ def test_auto_workers_scale_with_connections_and_respect_the_fd_cap() -> None:
     assert worker_count("auto", 40000, cpus=2) == 3
 
 
+def test_the_compiled_core_gets_a_worker_per_half_as_many_connections_for_its_socket_copies() -> (
+    None
+):
+    # The paper topology at 8,000 pairs on one generator CPU: one worker held 32,000 files
+    # (each lent socket twice) and the run died with "Too many open files".
+    assert worker_count("auto", 16_000, cpus=1) == 1
+    assert worker_count("auto", 16_000, cpus=1, files_per_connection=2) == 2
+    with pytest.raises(ScenarioError, match="compiled core holds 2 per connection"):
+        worker_count(1, 16_000, cpus=1, files_per_connection=2)
+
+
 def test_too_few_explicit_workers_for_the_connections_is_rejected() -> None:
     with pytest.raises(ScenarioError, match="need at least 3 worker processes"):
         worker_count(1, 40000, cpus=2)
