@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import sys
 from collections.abc import Mapping
@@ -205,3 +206,14 @@ class FakeSdk:
     def close(self) -> None:
         """Count a client closed (``made - closed`` are the clients still open)."""
         self.closed += 1
+
+
+def engine_answers(path: str = "/var/run/docker.sock") -> bool:
+    """True when something accepts connections on the engine's default socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True

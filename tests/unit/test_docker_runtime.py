@@ -101,7 +101,7 @@ def test_no_engine_is_explained_with_dockers_own_words(fake: FakeDocker) -> None
 
 
 def test_engine_checks_run_once_per_runtime(fake: FakeDocker) -> None:
-    rt = DockerRuntime()
+    rt = runtime(FakeSdk({"nats": "nats:2.10.22-alpine", "redis": "redis:7.4.1-alpine"}))
     assert rt.availability("nats").available and rt.availability("redis").available
     assert fake.argvs() == [
         ["compose", "version", "--short"],
