@@ -101,6 +101,7 @@ class NatsClient:
             on_ping=self._on_ping,
             on_pong=self._on_pong,
             on_err=self._on_err,
+            on_unhandled=self._on_unhandled,
         )
         self._info: dict[str, Any] = {}
         self._info_fut: asyncio.Future[dict[str, Any]] | None = None
@@ -112,6 +113,9 @@ class NatsClient:
         self._subs: dict[str, int] = {}
         self._max_payload = DEFAULT_MAX_PAYLOAD
         self._ack_handler: AckHandler | None = None
+        self.unrouted = 0
+        """``MSG`` frames for a subscription id without a handler (e.g. in flight when it was
+        unsubscribed): dropped."""
 
     # ------------------------------------------------------------------ base.Client
 
@@ -121,9 +125,11 @@ class NatsClient:
         return self._stream.connected
 
     def stats(self) -> ClientStats:
-        """Sends refused because the output buffer was full (``Sender``)."""
+        """Sends refused because the output buffer was full (``Sender``); messages for a
+        subscription id without a handler."""
         return ClientStats(
             sends_refused=self._stream.sends_refused,
+            unrouted=self.unrouted,
             kernel_stamped_reads=self._stream.kernel_stamped_reads,
             user_stamped_reads=self._stream.user_stamped_reads,
         )
@@ -308,6 +314,9 @@ class NatsClient:
             self._stream.write(build_unsub(sid))
 
     # ------------------------------------------------------------------ stream callbacks
+
+    def _on_unhandled(self, subject: str, sid: int, reply_to: str | None, payload: bytes) -> None:
+        self.unrouted += 1
 
     def _on_data(self, data: bytes) -> None:
         """Parse a chunk; every message in it is stamped with one receive time."""

@@ -142,6 +142,9 @@ class RedisClient:
         self._receivers = 0
         self._unreceived = 0
         self._publish_errors = 0
+        self.unrouted = 0
+        """``message`` pushes for a channel without a handler (e.g. in flight when it was
+        unsubscribed): dropped."""
 
     # ------------------------------------------------------------------ base.Client
 
@@ -151,9 +154,11 @@ class RedisClient:
         return self._stream.connected
 
     def stats(self) -> ClientStats:
-        """Sends refused because the output buffer was full (``Sender``)."""
+        """Sends refused because the output buffer was full (``Sender``); pushes for a
+        channel without a handler."""
         return ClientStats(
             sends_refused=self._stream.sends_refused,
+            unrouted=self.unrouted,
             kernel_stamped_reads=self._stream.kernel_stamped_reads,
             user_stamped_reads=self._stream.user_stamped_reads,
         )
@@ -372,7 +377,8 @@ class RedisClient:
             self._note_error(reply)
             return
         if isinstance(reply, list) and reply and reply[0] in (b"message", b"pmessage"):
-            return  # a push for a channel we no longer listen to
+            self.unrouted += 1  # a push for a channel we no longer listen to
+            return
         self._stream.fail(f"protocol error: unexpected reply from redis: {reply!r:.80}")
 
     def _note_error(self, reply: RespError) -> None:

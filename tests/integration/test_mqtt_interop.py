@@ -23,7 +23,7 @@ from mqbench.brokers.base import RunningBroker
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError
 from mqbench.records.format import pack_header, unpack_header
-from mqbench.transports.base import ClientOptions
+from mqbench.transports.base import Client, ClientOptions
 from mqbench.transports.events import ClientEvent, Connected, Disconnected, ProtocolError
 from mqbench.transports.mqtt import MqttClient, MqttTransport
 from mqbench.transports.registry import get_transport
@@ -38,6 +38,7 @@ from mqbench.wire.mqtt.packets import (
     Subscribe,
 )
 from mqbench.wire.mqtt.parser import StreamParser
+from mqbench.workload.reporting import count_clients
 
 pytestmark = pytest.mark.integration
 
@@ -506,3 +507,44 @@ def test_client_reconnects_after_close_with_a_fresh_clean_session(
     assert old == []
     assert new == [b"second life"]
     assert inflight == 0
+
+
+@pytest.mark.parametrize("client_name", ["mqtt", "paho", "aiomqtt"])
+def test_a_resumed_sessions_queued_message_before_the_subscription_is_counted_unmatched(
+    mosquitto: RunningBroker, client_name: str
+) -> None:
+    """A persistent session resumed by a new client object: mosquitto delivers the message
+    it queued right after CONNACK, before the client subscribes again, so no handler of the
+    client matches it; it is dropped and counted, and that count reaches the worker's."""
+
+    def persistent() -> Client:
+        options = ClientOptions(client_id="resumed", clean_session=False, connect_timeout_s=5)
+        return get_transport(client_name).create_client(mosquitto.endpoint, options)
+
+    async def scenario() -> tuple[int, int, list[bytes]]:
+        got: list[bytes] = []
+        first, publisher, second = (
+            persistent(),
+            make_client(mosquitto.endpoint, "pub"),
+            persistent(),
+        )
+        try:
+            await first.connect()
+            await first.subscribe("bench/resumed", 1, lambda p, t: None)
+            await first.close()
+            await publisher.connect()
+            publisher.sender("bench/resumed", 1)(b"queued while away", 1)
+            await publisher.flush(5)
+            await second.connect()
+            await wait_until(lambda: second.stats().unrouted == 1)
+            await second.subscribe("bench/resumed", 1, lambda p, t: got.append(bytes(p)))
+            publisher.sender("bench/resumed", 1)(b"after the subscription", 2)
+            await wait_until(lambda: bool(got))
+            return second.stats().unrouted, count_clients([second]).unmatched, got
+        finally:
+            for client in (first, publisher, second):
+                await client.close()
+
+    unrouted, worker_count, got = run("asyncio", scenario())
+    assert (unrouted, worker_count) == (1, 1)
+    assert got == [b"after the subscription"]

@@ -127,7 +127,10 @@ class PahoClient:
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
         client.on_publish = self._on_publish
+        client.on_message = self._on_unmatched  # paho calls it for no subscription's filter
         self._client = client
+        self.unrouted = 0
+        """Messages that matched no subscription (written by paho's thread only): dropped."""
 
     @property
     def connected(self) -> bool:
@@ -236,8 +239,8 @@ class PahoClient:
         self._ack_handler = handler
 
     def stats(self) -> ClientStats:
-        """No counters: the stock library refuses nothing and reports nothing to count."""
-        return ClientStats()
+        """Messages that matched no subscription; the stock library reports nothing else."""
+        return ClientStats(unrouted=self.unrouted)
 
     def pending_write_bytes(self) -> int:
         """Not observable through paho: always 0."""
@@ -276,6 +279,9 @@ class PahoClient:
                 self._call(self._drain_inbox)
 
         return on_message
+
+    def _on_unmatched(self, client: Any, userdata: Any, message: Any) -> None:
+        self.unrouted += 1
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
         # Also called for QoS 0 publishes (when written); the drain ignores unknown ids.
