@@ -83,6 +83,9 @@ class WorkerStats:
     PUBREL (the broker reused it; ``ClientStats``)."""
     qos2_redelivered: int = _f(0, "sum")
     """Inbound QoS 2 messages the broker sent again after releasing them (delivered twice)."""
+    unmatched_deliveries: int = _f(0, "sum")
+    """Deliveries a client received that matched none of its subscriptions: dropped by the
+    client, so never in the records (``ClientStats.unrouted``; 0 in older manifests)."""
     granted_qos_min: int | None = _f(None, "min")
     outage_total_s: float = _f(0.0, "sum")
     outage_max_s: float = _f(0.0, "max")

@@ -8,9 +8,11 @@ thousands of clients never stall the event loop, and probes the loop's own lag.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mqbench.records.worker_stats import WorkerStats
 from mqbench.records.writer import RecordWriter
@@ -26,10 +28,31 @@ STATS_INTERVAL_S = 0.5
 CLIENT_STATS_SLICE = 256
 LOOP_LAG_PROBE_S = 0.05
 
-ClientTotals = tuple[int, int, int, int, int, int]
-"""Connected clients, bytes pending in their buffers, QoS 2 publishes acked as QoS 1,
-sends refused, inbound QoS 2 messages dropped on a reused packet id and delivered again
-after their release (the broker's breaches, ``ClientStats``)."""
+
+@dataclass(frozen=True, slots=True)
+class ClientTotals:
+    """The per-client figures of some clients summed (``ClientStats``): what the broker
+    did to them that the worker reports."""
+
+    connected: int = 0
+    pending: int = 0
+    """Bytes waiting in the connected clients' buffers."""
+    puback: int = 0
+    """QoS 2 publishes the broker acknowledged as QoS 1."""
+    refused: int = 0
+    """Sends refused by a full output buffer."""
+    reused: int = 0
+    """Inbound QoS 2 messages dropped on a packet id the broker reused before PUBREL."""
+    redelivered: int = 0
+    """Inbound QoS 2 messages delivered again after their release."""
+    unmatched: int = 0
+    """Deliveries that matched no subscription of their client (dropped, not recorded)."""
+
+    def plus(self, other: ClientTotals) -> ClientTotals:
+        """Both sums added field by field."""
+        return ClientTotals(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
+        )
 
 
 def count_stamps(clients: list[Client | None]) -> tuple[int, int]:
@@ -45,7 +68,7 @@ def count_stamps(clients: list[Client | None]) -> tuple[int, int]:
 
 def count_clients(clients: list[Client | None]) -> ClientTotals:
     """The per-client figures of ``clients`` summed (None: never connected)."""
-    connected = pending = puback = refused = reused = redelivered = 0
+    connected = pending = puback = refused = reused = redelivered = unmatched = 0
     for c in clients:
         if c is None:
             continue
@@ -57,7 +80,8 @@ def count_clients(clients: list[Client | None]) -> ClientTotals:
         refused += stats.sends_refused
         reused += stats.qos2_id_reused
         redelivered += stats.qos2_redelivered
-    return connected, pending, puback, refused, reused, redelivered
+        unmatched += stats.unrouted
+    return ClientTotals(connected, pending, puback, refused, reused, redelivered, unmatched)
 
 
 class WorkerReport:
@@ -78,7 +102,7 @@ class WorkerReport:
         self.loop_stalls = 0
         self.loop_stall_ns = 0
         self.loop_probe_ns = 0
-        self._client_totals: ClientTotals = (0, 0, 0, 0, 0, 0)
+        self._client_totals = ClientTotals()
 
     async def every_interval(self, send: Callable[[WorkerStats], None]) -> None:
         """Recount the clients and ``send`` the stats every ``STATS_INTERVAL_S`` (forever)."""
@@ -110,14 +134,11 @@ class WorkerReport:
         interval it stalled the loop (15-20 ms loop lag with 9000 pairs, >1% of sends late).
         """
         clients = self.pool.all()
-        totals = [0] * 6
+        totals = ClientTotals()
         for i in range(0, len(clients), CLIENT_STATS_SLICE):
-            for k, value in enumerate(count_clients(clients[i : i + CLIENT_STATS_SLICE])):
-                totals[k] += value
+            totals = totals.plus(count_clients(clients[i : i + CLIENT_STATS_SLICE]))
             await asyncio.sleep(0)
-        self._client_totals = (
-            totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
-        )  # fmt: skip
+        self._client_totals = totals
 
     def stats(self, fresh: bool = True) -> WorkerStats:
         """Counters reported to the parent (cumulative).
@@ -133,10 +154,10 @@ class WorkerReport:
         loop_stats = publishing.stats
         if fresh:
             self._client_totals = count_clients(pool.all())
-        connected, pending, puback, refused, reused, redelivered = self._client_totals
+        clients = self._client_totals
         kernel_stamped, user_stamped = count_stamps(pool.all()) if fresh else (0, 0)
-        pending += core.pending_write_bytes
-        refused += core.sends_refused
+        pending = clients.pending + core.pending_write_bytes
+        refused = clients.refused + core.sends_refused
         kernel_stamped += core.kernel_stamped_reads
         user_stamped += core.user_stamped_reads
         return WorkerStats(
@@ -161,16 +182,17 @@ class WorkerReport:
             loop_stalls=self.loop_stalls,
             loop_stall_ns=self.loop_stall_ns,
             loop_probe_ns=self.loop_probe_ns,
-            connected=connected,
+            connected=clients.connected,
             connect_failed=pool.connect_failed,
             first_connect_error=pool.first_connect_error,
             connected_ns=pool.connected_ns,
             disconnects=pool.disconnects,
             reconnects=pool.reconnects,
             qos_downgraded=pool.qos_downgraded,
-            publish_qos2_acked_as_qos1=puback,
-            qos2_id_reused=reused,
-            qos2_redelivered=redelivered,
+            publish_qos2_acked_as_qos1=clients.puback,
+            qos2_id_reused=clients.reused,
+            qos2_redelivered=clients.redelivered,
+            unmatched_deliveries=clients.unmatched,
             granted_qos_min=pool.granted_qos_min,
             outage_total_s=round(pool.outage_total_s, 6),
             outage_max_s=round(pool.outage_max_s, 6),

@@ -64,6 +64,7 @@ def generator_verdict(
             "PUBACK: it treats QoS 2 as QoS 1 (at least once, duplicates possible)"
         )
     warnings += qos2_broker_faults(total)
+    warnings += unmatched_deliveries(total)
     for w in workers:
         cpu = w.publish_cpu_fraction
         if cpu is not None and cpu > MAX_WORKER_CPU:
@@ -105,6 +106,19 @@ def qos2_broker_faults(total: WorkerStats) -> list[str]:
             "awaiting PUBREL: dropped as MQTT 3.1.1 requires, lost by the broker's fault"
         )
     return out
+
+
+def unmatched_deliveries(total: WorkerStats) -> list[str]:
+    """A warning for deliveries that matched no subscription of the client that received
+    them: the client dropped them, so they are in no record and count as lost."""
+    n = total.unmatched_deliveries
+    if not n:
+        return []
+    return [
+        f"{n} deliveries matched no subscription (not in the records): their clients dropped "
+        "them, so they count as lost (a broker delivering on a topic nobody subscribed to, "
+        "or a resumed session's messages before its subscription was registered again)"
+    ]
 
 
 def loop_stalls(w: WorkerStats) -> tuple[bool, str] | None:
