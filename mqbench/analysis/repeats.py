@@ -209,6 +209,9 @@ class RepeatAggregate:
     """Kinds of invalidity found in any repeat (``mqbench/analysis/verdict.py``), sorted."""
     any_backlog: bool = False
     """Some repeat's loss includes a backlog at the drain's end (``backlog_at_drain_end``)."""
+    unmatched_deliveries: int = 0
+    """Deliveries of all repeats that matched no subscription of their client (dropped, in
+    no record, counted as lost: ``CellSummary.unmatched_deliveries``)."""
 
     @property
     def n(self) -> int:
@@ -232,6 +235,7 @@ class RepeatAggregate:
             "any_latency_generator_bound": self.any_latency_bound,
             "invalid_kinds": ",".join(self.invalid_kinds) or None,
             "any_backlog_at_drain_end": self.any_backlog,
+            "unmatched_deliveries": self.unmatched_deliveries,
         }
         for name, m in self.metrics.items():
             row[f"{name}_n"] = m.n
@@ -280,6 +284,7 @@ def aggregate_repeats(summaries: Sequence[CellSummary]) -> list[RepeatAggregate]
                     sorted({r.kind.value for s in members for r in s.invalid_reasons})
                 ),
                 any_backlog=any(s.backlog_at_drain_end for s in members),
+                unmatched_deliveries=sum(s.unmatched_deliveries for s in members),
             )
         )
     return sorted(out, key=lambda a: a.index)

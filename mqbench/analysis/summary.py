@@ -38,8 +38,8 @@ from mqbench.records.cell_entry import GeneratorVerdict
 from mqbench.records.cell_params import CellParams
 from mqbench.records.worker_stats import WorkerStats
 
-SUMMARY_SCHEMA_VERSION: Final = 5
-READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3, 4, 5)
+SUMMARY_SCHEMA_VERSION: Final = 6
+READABLE_SUMMARY_VERSIONS: Final = (1, 2, 3, 4, 5, 6)
 """Versions :meth:`CellSummary.from_dict` reads; older ones lack the fields added later."""
 SUMMARY_JSON: Final = "summary.json"
 SUMMARY_PARQUET: Final = "summary.parquet"
@@ -174,6 +174,11 @@ class CellSummary:
     backlog_at_drain_end: bool = False
     """Deliveries were still arriving at the end of the drain while messages were missing:
     the broker was behind, so part of the loss is messages not yet delivered, not dropped."""
+    # Added in schema version 6 (0: an older summary, whose manifest may not have counted).
+    unmatched_deliveries: int = 0
+    """Deliveries that matched no subscription of the client that received them: dropped
+    by the client, so in no record, and counted as lost (the workers' ``ClientStats.unrouted``,
+    manifest ``generator.workers``); unlike ``unrouted``, which counts records on no route."""
 
     @property
     def latency_generator_bound(self) -> bool:
@@ -188,7 +193,7 @@ class CellSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSummary:
-        """Inverse of :meth:`to_dict`; reads versions 1 to 4 (AnalysisError otherwise).
+        """Inverse of :meth:`to_dict`; reads versions 1 to 6 (AnalysisError otherwise).
 
         An older summary gets the defaults of the fields added since and the current
         ``schema_version``; an invalid one without typed reasons gets its generator reason;
@@ -379,6 +384,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         latency_error_ms=plan.latency_error_ms,
         last_delivery_s=(agg.last_recv_ns - plan.win_end) / 1e9 if agg.last_recv_ns else None,
         backlog_at_drain_end=backlog_at_drain_end(plan, agg.last_recv_ns, lost),
+        unmatched_deliveries=WorkerStats.total(plan.generator.workers).unmatched_deliveries,
         unsent=unsent,
         expected_scheduled=scheduled_deliveries,
         loss_sent_pct=_pct(lost, scheduled_deliveries),

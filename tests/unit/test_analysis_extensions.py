@@ -219,18 +219,20 @@ def test_version_1_summaries_are_read_with_the_later_defaults(tmp_path: Path) ->
         "latency_error_ms",
         "last_delivery_s",
         "backlog_at_drain_end",
+        "unmatched_deliveries",
     ):
         del data[key]
     data["schema_version"] = 1
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     old = read_summary_json(path)
-    assert old.schema_version == SUMMARY_SCHEMA_VERSION == 5
+    assert old.schema_version == SUMMARY_SCHEMA_VERSION == 6
     assert (old.window_source, old.deliveries_per_s) == ("manifest", [])
     assert (old.unsent, old.invalid_reasons, old.record_issues) == (None, [], [])
     assert old.latency_verdict == "n/a" and not old.latency_generator_bound
     assert old.latency_error_ms is None
     assert old.last_delivery_s is None and not old.backlog_at_drain_end
+    assert old.unmatched_deliveries == 0
     data["schema_version"] = 99
     with pytest.raises(AnalysisError, match="schema version 99"):
         CellSummary.from_dict(data)
