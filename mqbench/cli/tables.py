@@ -4,7 +4,7 @@ The compact table (the default) has the numbers people compare first: cell, sent
 received, loss, throughput, p50/p99, the broker's CPU and RSS, and one short mark column.
 The reason for a mark is a numbered footnote under the table (``‡1`` in the row, ``‡1
 <cell>: <reason>`` below), never a sentence in the row. ``--wide`` shows every column.
-The marks are the report's (``mqbench.report.marks``: † ‡ § ¶), so a mark means the same
+The marks are the report's (``mqbench.report.marks``: † ‡ § ¶ ‖), so a mark means the same
 in the terminal and in a paper table; the CLI adds ``±`` (a clock-error bound across load
 tasks), ``≈`` (approximate percentiles) and ``!`` (a cell that was interrupted, in a
 summary from before interruptions were an invalid reason of their own).
@@ -37,6 +37,7 @@ MARK_STYLE: Final[dict[str, str]] = {
     Mark.INVALID.value: "bold red",
     Mark.LATENCY_BOUND.value: "bold yellow",
     Mark.BACKLOG.value: "yellow",
+    Mark.UNMATCHED.value: "yellow",
     CLOCK_ERROR: "yellow",
     APPROXIMATE: "dim",
     INTERRUPTED: "bold yellow",
@@ -119,6 +120,24 @@ def backlog_text(s: CellSummary) -> str:
     )
 
 
+def unmatched_text(s: CellSummary) -> str:
+    """Why a cell's loss may hold deliveries its clients dropped (``unmatched_deliveries``)."""
+    n = s.unmatched_deliveries
+    if s.lost > 0:
+        share = (
+            f"up to {min(n, s.lost):,} of the {s.lost:,} lost deliveries may have arrived "
+            "and been dropped"
+        )
+    else:
+        share = "nothing is missing, so they were deliveries beyond the expected ones"
+    return (
+        f"{n:,} deliveries matched no subscription (not in the records): the clients that "
+        f"received them dropped them; {share} (a broker delivering on a topic nobody "
+        "subscribed to, or a resumed session's messages before its subscription was "
+        "registered again)"
+    )
+
+
 def mark_reasons(s: CellSummary) -> list[tuple[str, str]]:
     """Every mark of a cell with its reason, in the report's order, then the CLI's own."""
     out: list[tuple[str, str]] = []
@@ -136,6 +155,8 @@ def mark_reasons(s: CellSummary) -> list[tuple[str, str]]:
             out.append((Mark.INVALID.value, f"invalid ({r.kind.value}): {r.message}"))
     if s.backlog_at_drain_end:
         out.append((Mark.BACKLOG.value, backlog_text(s)))
+    if s.unmatched_deliveries:
+        out.append((Mark.UNMATCHED.value, unmatched_text(s)))
     if s.latency_error_ms is not None:
         out.append(
             (

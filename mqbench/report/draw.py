@@ -31,15 +31,23 @@ LINESTYLES: Final[dict[Mark, Literal["--", ":", "-."]]] = {
     Mark.LATENCY_BOUND: ":",
     Mark.INVALID: "-.",
     Mark.BACKLOG: "--",
+    Mark.UNMATCHED: "--",
 }
 MARKERS: Final[dict[Mark, tuple[str, bool]]] = {
     Mark.SATURATED: ("o", False),
     Mark.LATENCY_BOUND: ("D", False),
     Mark.INVALID: ("X", True),
     Mark.BACKLOG: ("s", False),
+    Mark.UNMATCHED: ("s", False),
 }
 """Marker and whether it is filled, for a point with the mark."""
-PRIORITY: Final = (Mark.INVALID, Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG)
+PRIORITY: Final = (
+    Mark.INVALID,
+    Mark.SATURATED,
+    Mark.LATENCY_BOUND,
+    Mark.BACKLOG,
+    Mark.UNMATCHED,
+)
 """Which mark's style wins when a value has several (every symbol is still written)."""
 STAT_MARKERS: Final = {"": "o", "p50": "o", "p99": "^"}
 LEGEND_COLUMNS: Final = 4
@@ -222,10 +230,10 @@ def _errorbar(ax: Any, x: float, p: Point, color: Any) -> None:
 
 
 def _point_style(marks: Sequence[Mark], stat: str, color: Any) -> dict[str, Any]:
-    """Marker of a point: its stat's shape, hollow when marked († ‡ ¶), an X for §."""
+    """Marker of a point: its stat's shape, hollow when marked († ‡ ¶ ‖), an X for §."""
     style = _style(marks)
     marker = "X" if style is Mark.INVALID else STAT_MARKERS.get(stat, "o")
-    hollow = style in (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG)
+    hollow = style in (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.BACKLOG, Mark.UNMATCHED)
     return {
         "marker": marker,
         "linestyle": "",

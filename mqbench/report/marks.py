@@ -7,7 +7,10 @@
 - ``§`` the cell was invalid in some repeat for another reason (the broker exited, sends
   failed, records were truncated, the run was interrupted);
 - ``¶`` the loss includes a backlog in some repeat (``backlog_at_drain_end``): the broker
-  was still delivering when the drain ended; only loss values carry it.
+  was still delivering when the drain ended; only loss values carry it;
+- ``‖`` some deliveries matched no subscription of the client that received them
+  (``unmatched_deliveries``): dropped by the client, in no record, so counted as lost;
+  only loss values carry it.
 
 Tables append the symbols to the value; figures draw marked bars hatched, marked points
 hollow or crossed and marked CDF lines dashed or dotted, each with a legend entry.
@@ -29,10 +32,14 @@ class Mark(StrEnum):
     LATENCY_BOUND = "‡"
     INVALID = "§"
     BACKLOG = "¶"
+    UNMATCHED = "‖"
 
 
-ORDER: Final = (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.INVALID, Mark.BACKLOG)
+ORDER: Final = (Mark.SATURATED, Mark.LATENCY_BOUND, Mark.INVALID, Mark.BACKLOG, Mark.UNMATCHED)
 """The order marks are appended and explained in (``0.3 † ‡``, ``1.2 † §``)."""
+
+LOSS_MARKS: Final = (Mark.BACKLOG, Mark.UNMATCHED)
+"""The marks only loss values carry (what explains a loss figure)."""
 
 NOTES: Final[dict[Mark, str]] = {
     Mark.SATURATED: "† generator saturated in at least one repeat: the load generator, not "
@@ -47,6 +54,10 @@ NOTES: Final[dict[Mark, str]] = {
     "repeat (backlog_at_drain_end): the loss counts messages not delivered by then, which "
     "may include messages it still held, not only drops; a longer workload.drain tells them "
     "apart.",
+    Mark.UNMATCHED: "‖ deliveries matched no subscription in at least one repeat "
+    "(unmatched_deliveries): the clients that received them dropped them, so they are not in "
+    "the records and count as lost (a broker delivering on a topic nobody subscribed to, or a "
+    "resumed session's messages before its subscription was registered again).",
 }
 """The footnote under a table that uses the mark."""
 
@@ -55,6 +66,7 @@ LEGEND: Final[dict[Mark, str]] = {
     Mark.LATENCY_BOUND: "‡ latency generator-bound",
     Mark.INVALID: "§ invalid (broker exited, sends failed, truncated, interrupted)",
     Mark.BACKLOG: "¶ loss includes a backlog at the drain's end",
+    Mark.UNMATCHED: "‖ loss includes deliveries that matched no subscription",
 }
 """The legend entry of a figure that draws the mark."""
 
@@ -66,12 +78,13 @@ def invalid_beyond_generator(agg: RepeatAggregate) -> bool:
 
 def marks_of(agg: RepeatAggregate, latency: bool = False, loss: bool = False) -> tuple[Mark, ...]:
     """The marks of a cell's value; ``latency``: the value is a latency (‡ applies);
-    ``loss``: the value is a loss (¶ applies)."""
+    ``loss``: the value is a loss (¶ and ‖ apply)."""
     found = {
         Mark.SATURATED: agg.any_saturated,
         Mark.INVALID: invalid_beyond_generator(agg),
         Mark.LATENCY_BOUND: latency and agg.any_latency_bound,
         Mark.BACKLOG: loss and agg.any_backlog,
+        Mark.UNMATCHED: loss and agg.unmatched_deliveries > 0,
     }
     return tuple(m for m in ORDER if found[m])
 

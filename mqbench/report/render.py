@@ -69,6 +69,7 @@ _LATEX_SPECIAL: Final = {
     "‡": r"\textsuperscript{\ddag}",
     "§": r"\textsuperscript{\S}",
     "¶": r"\textsuperscript{\P}",
+    "‖": r"$^{\|}$",
     "≥": r"$\geq$",
 }
 

@@ -15,7 +15,7 @@ from typing import Final
 from mqbench.analysis.repeats import RepeatAggregate
 from mqbench.report.axes import COUNT_AXES, ReportAxes, axis_text, axis_value, heading
 from mqbench.report.labels import RESOURCE_METRICS, label, sentence
-from mqbench.report.marks import NOTES, Mark, marks_of, ordered, with_marks
+from mqbench.report.marks import LOSS_MARKS, NOTES, Mark, marks_of, ordered, with_marks
 from mqbench.report.numbers import fmt_ci, fmt_value
 from mqbench.report.render import Table, slug
 
@@ -67,7 +67,8 @@ def pivot(
     """One table per facet: rows = values of ``row_axis``, columns = ``col_axis``.
 
     ``latency``: the values include latency, so latency-bound cells get ``‡``; ``loss``:
-    they include loss, so cells with a backlog at the drain's end get ``¶``.
+    they include loss, so cells with a backlog at the drain's end get ``¶`` and cells with
+    deliveries that matched no subscription ``‖``.
     """
     tables: list[Table] = []
     for facet, members in axes.facets(aggs, (row_axis, col_axis), always):
@@ -231,8 +232,8 @@ def cells_table(aggs: Sequence[RepeatAggregate], axes: ReportAxes) -> Table:
                 if metric.startswith("latency_") and Mark.LATENCY_BOUND in lat_marks:
                     text = with_marks(text, [Mark.LATENCY_BOUND])
                 row.append(text)
-            elif metric == "loss_pct" and Mark.BACKLOG in loss_marks:
-                row.append(with_marks(fmt_ci(m), [Mark.BACKLOG]))
+            elif metric == "loss_pct":
+                row.append(with_marks(fmt_ci(m), [k for k in loss_marks if k in LOSS_MARKS]))
             else:
                 row.append(fmt_ci(m))
         rows.append(row)
