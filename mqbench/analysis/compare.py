@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -31,8 +31,16 @@ from mqbench.analysis.compare_settings import (
     run_settings,
 )
 from mqbench.analysis.repeats import MeanCI, RepeatAggregate, aggregate_repeats, t_quantile
+from mqbench.analysis.timing_floor import (
+    LAG_METRIC,
+    Floor,
+    SideTiming,
+    timing_floor,
+    wakeup_floors,
+)
 from mqbench.errors import AnalysisError, UsageError
 from mqbench.records.run_manifest import RunManifest
+from mqbench.records.timing import WakeupFloor
 from mqbench.scenario import gate
 from mqbench.scenario.gate import (
     COMPARE_METRICS,
@@ -116,8 +124,19 @@ def noise_halfwidth(base: MeanCI, cur: MeanCI, confidence: float = 0.95) -> floa
     return 0.0
 
 
-def judge(spec: MetricSpec, threshold: Threshold, base: MeanCI, cur: MeanCI) -> dict[str, Any]:
-    """Verdict and numbers for one metric of one cell (values already in the metric's unit)."""
+def judge(
+    spec: MetricSpec,
+    threshold: Threshold,
+    base: MeanCI,
+    cur: MeanCI,
+    floor: Floor | None = None,
+) -> dict[str, Any]:
+    """Verdict and numbers for one metric of one cell (values already in the metric's unit).
+
+    ``floor``: the metric's timing floor (``mqbench.analysis.timing_floor``). It applies
+    only when neither side has repeats (the noise cannot be estimated): the limit is then
+    the larger of the threshold's and the floor (``limit_by`` says which).
+    """
     row: dict[str, Any] = {
         "metric": spec.name,
         "unit": spec.unit,
@@ -130,7 +149,10 @@ def judge(spec: MetricSpec, threshold: Threshold, base: MeanCI, cur: MeanCI) -> 
         "change": None,
         "change_pct": None,
         "noise": None,
+        "floor": None,
+        "floor_source": None,
         "limit": None,
+        "limit_by": None,
         "threshold": str(threshold),
     }
     if base.mean is None or cur.mean is None:
@@ -140,6 +162,11 @@ def judge(spec: MetricSpec, threshold: Threshold, base: MeanCI, cur: MeanCI) -> 
     worse = -change if spec.higher_is_better else change
     noise = noise_halfwidth(base, cur)
     limit = threshold.limit(base.mean)
+    limit_by = "threshold"
+    if floor is not None and not noise_estimated(base, cur):
+        row.update(floor=floor.ms, floor_source=floor.source)
+        if floor.ms > limit:
+            limit, limit_by = floor.ms, "floor"
     verdict: Verdict = "ok"
     if worse - noise > limit:
         verdict = "regression"
@@ -150,9 +177,16 @@ def judge(spec: MetricSpec, threshold: Threshold, base: MeanCI, cur: MeanCI) -> 
         change_pct=100.0 * change / abs(base.mean) if base.mean else None,
         noise=noise,
         limit=limit,
+        limit_by=limit_by,
         verdict=verdict,
     )
     return row
+
+
+def noise_estimated(base: MeanCI, cur: MeanCI) -> bool:
+    """True when some side has >= 2 repeats, so :func:`noise_halfwidth` measures the
+    run-to-run noise (the timing floor is then not applied)."""
+    return any(side.n >= 2 and side.std is not None for side in (base, cur))
 
 
 @dataclass
@@ -239,6 +273,19 @@ class CompareResult:
                 out[m["verdict"]] += 1
         return out
 
+    def floor_note(self) -> str | None:
+        """One line when a timing floor entered some latency limit (no repeats), else None."""
+        floors = [m["floor"] for c in self.cells for m in c.metrics if m.get("floor")]
+        if not floors:
+            return None
+        low, high = min(floors), max(floors)
+        span = f"{low:.3g} ms" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g} ms"
+        return (
+            f"no repeats: latency changes within the timing floor ({span}, column floor: the "
+            "send lag and wake-up both runs measured) are not judged; use repeats for a "
+            "finer gate"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready result (``mqbench compare --format json``)."""
         cells = []
@@ -254,6 +301,7 @@ class CompareResult:
             "scenarios": list(self.scenarios) if self.scenarios else None,
             "thresholds": {k: str(v) for k, v in self.thresholds.items()},
             "threshold_source": self.threshold_source,
+            "timing_floor": self.floor_note(),
             "problems": [asdict(p) for p in self.problems],
             "invalid": [
                 {"cell": cell, "side": side, "kinds": list(kinds)}
@@ -298,11 +346,17 @@ class Options:
     """A cell or metric with no value on one side fails the gate (exit 4)."""
 
 
+def _side_timing(agg: RepeatAggregate, wakeup: WakeupFloor | None) -> SideTiming:
+    lag = {q: agg.metrics[name].mean for q, name in LAG_METRIC.items() if name in agg.metrics}
+    return SideTiming(lag, wakeup)
+
+
 def _judge_cell(
     b: RepeatAggregate,
     c: RepeatAggregate,
     thresholds: dict[str, Threshold],
     allow_generator_bound: bool,
+    wakeups: tuple[WakeupFloor | None, WakeupFloor | None] = (None, None),
 ) -> CellComparison:
     comp = CellComparison(b.base_id, "both")
     bound_sides = []
@@ -322,13 +376,18 @@ def _judge_cell(
         other = [k for k in agg.invalid_kinds if k != "generator_saturated"]
         if other:
             comp.notes.append(f"{side}: invalid in some repeat ({', '.join(other)})")
+    timing = (_side_timing(b, wakeups[0]), _side_timing(c, wakeups[1]))
     for name, threshold in thresholds.items():
         spec = COMPARE_METRICS[name]
+        floor = None
+        if spec.timing_percentile is not None:
+            floor = timing_floor(spec.timing_percentile, *timing)
         row = judge(
             spec,
             threshold,
             _scaled(b.metrics[spec.source], spec.scale),
             _scaled(c.metrics[spec.source], spec.scale),
+            floor,
         )
         if spec.from_intended and bound_sides and not allow_generator_bound:
             row["verdict"] = "refused"
@@ -346,6 +405,7 @@ def compare_aggregates(
     allow_generator_bound: bool = False,
     settings: tuple[Settings, Settings] | None = None,
     fail_on_missing: bool = False,
+    wakeups: tuple[Mapping[str, WakeupFloor], Mapping[str, WakeupFloor]] | None = None,
 ) -> CompareResult:
     """Judge every metric of ``thresholds`` for every cell (see the module docstring).
 
@@ -355,6 +415,8 @@ def compare_aggregates(
     ``settings`` (baseline, current) by base id: every one that differs becomes a
     ``parameters differ`` note; without them the cells' parameters are compared. No cell
     in both runs, and with ``fail_on_missing`` any missing cell or metric, is a problem.
+    ``wakeups`` (baseline, current): the calibrated wake-up floor of each cell by base id,
+    which the timing floor of latency metrics takes besides the send lag.
     """
     base = {a.base_id: a for a in baseline}
     cur = {a.base_id: a for a in current}
@@ -366,7 +428,8 @@ def compare_aggregates(
             status = "baseline only" if c is None else "current only"
             cells.append(CellComparison(bid, status))
             continue
-        comp = _judge_cell(b, c, thresholds, allow_generator_bound)
+        floors = (None, None) if wakeups is None else (wakeups[0].get(bid), wakeups[1].get(bid))
+        comp = _judge_cell(b, c, thresholds, allow_generator_bound, floors)
         known = settings is not None and bid in settings[0] and bid in settings[1]
         if settings is not None and known:
             comp.differences = differences(settings[0][bid], settings[1][bid])
@@ -447,6 +510,7 @@ def compare_runs(
         current_name=str(current),
         allow_generator_bound=options.allow_generator_bound,
         settings=(run_settings(runs[0]), run_settings(runs[1])),
+        wakeups=(wakeup_floors(runs[0].cells), wakeup_floors(runs[1].cells)),
         fail_on_missing=options.fail_on_missing
         or (scenario_gate is not None and scenario_gate.fail_on_missing),
     )

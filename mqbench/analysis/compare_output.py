@@ -53,7 +53,17 @@ def fmt_change(change: float | None, pct: float | None) -> str:
     return f"{text} ({sign}{pct:.1f}%)" if pct is not None else text
 
 
-HEADER = ("cell", "metric", "baseline", "current", "change", "noise ±", "limit", "verdict")
+HEADER = (
+    "cell",
+    "metric",
+    "baseline",
+    "current",
+    "change",
+    "noise ±",
+    "floor",
+    "limit",
+    "verdict",
+)
 
 
 def rows(result: CompareResult) -> list[tuple[str, ...]]:
@@ -61,7 +71,7 @@ def rows(result: CompareResult) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for c in result.cells:
         if c.status != "both":
-            out.append((c.cell, "-", "", "", "", "", "", f"missing ({c.status})"))
+            out.append((c.cell, "-", "", "", "", "", "", "", f"missing ({c.status})"))
             continue
         for m in c.metrics:
             verdict = m["verdict"]
@@ -73,6 +83,7 @@ def rows(result: CompareResult) -> list[tuple[str, ...]]:
                     fmt_mean(m["current"], m["current_ci95"], m["unit"]),
                     fmt_change(m["change"], m["change_pct"]),
                     fmt(m["noise"]),
+                    fmt(m.get("floor")),
                     fmt(m["limit"]),
                     verdict.upper() if verdict in ("regression", "refused") else verdict,
                 )
@@ -110,6 +121,9 @@ def to_text(result: CompareResult) -> str:
     ]
     text.extend(f"note: {note}" for note in notes(result))
     text.extend(f"refused: {p.message}" for p in result.problems)
+    floor = result.floor_note()
+    if floor:
+        text.append(floor)
     text.append(thresholds_line(result))
     text.append(verdict_line(result))
     return "\n".join(text) + "\n"
@@ -127,6 +141,9 @@ def to_markdown(result: CompareResult) -> str:
     out.append("")
     out.append(f"{verdict_line(result).split(': ', 1)[1]}; {thresholds_line(result)}")
     out.append("")
+    floor = result.floor_note()
+    if floor:
+        out.extend([_md(floor), ""])
     for problem in result.problems:
         out.append(f"- **refused**: {_md(problem.message)}")
     if result.problems:
@@ -148,14 +165,22 @@ def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
     return ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
 
 
+def _limit_text(m: dict[str, Any]) -> str:
+    """``limit 0.145 (timing floor: send lag p99.9 of the current run; p95=+10%)``."""
+    if m.get("limit_by") == "floor":
+        return f"limit {fmt(m['limit'])} (timing floor: {m['floor_source']}; {m['threshold']})"
+    floor = f", timing floor {fmt(m['floor'])}" if m.get("floor") is not None else ""
+    return f"limit {fmt(m['limit'])} ({m['threshold']}{floor})"
+
+
 def _metric_case(suite: ET.Element, cell: str, m: dict[str, Any], fail_missing: bool) -> str:
     case = _case(suite, cell, m["metric"])
     verdict = m["verdict"]
     detail = (
         f"{m['metric']}: baseline {fmt_mean(m['baseline'], m['baseline_ci95'], m['unit'])}, "
         f"current {fmt_mean(m['current'], m['current_ci95'], m['unit'])}, change "
-        f"{fmt_change(m['change'], m['change_pct'])}, noise ±{fmt(m['noise'])}, limit "
-        f"{fmt(m['limit'])} ({m['threshold']})"
+        f"{fmt_change(m['change'], m['change_pct'])}, noise ±{fmt(m['noise'])}, "
+        f"{_limit_text(m)}"
     )
     if verdict == "regression":
         ET.SubElement(case, "failure", message=f"regression: {detail}", type="regression")
@@ -206,6 +231,7 @@ def to_junit(result: CompareResult) -> str:
         ("verdict", result.verdict),
         ("exit_code", str(result.exit_code)),
         ("thresholds", ", ".join(str(t) for t in result.thresholds.values())),
+        ("timing_floor", result.floor_note() or "not applied"),
     ):
         ET.SubElement(props, "property", name=name, value=value)
     suite.insert(0, props)

@@ -385,7 +385,8 @@ COMPARE_COLUMNS: Final = (
     Column("baseline"),
     Column("current"),
     Column("change"),
-    Column("noise ±", drop=2),
+    Column("noise ±", drop=3),
+    Column("floor", drop=2),
     Column("limit", drop=1),
     Column("verdict", "left"),
 )
@@ -421,6 +422,9 @@ def compare_view(result: CompareResult, width: int) -> list[Text]:
         line = Text.assemble(("refused: ", "bold yellow"), problem.message)
         out.extend(wrap(line, width, FOOTNOTE_INDENT))
     style = {"ok": "bold green", "regression": "bold red"}.get(result.verdict, "bold yellow")
+    floor = result.floor_note()
+    if floor:
+        out.extend(wrap(Text(floor, style="dim"), width, FOOTNOTE_INDENT))
     out.extend(wrap(Text(thresholds_line(result), style="dim"), width, FOOTNOTE_INDENT))
     out.append(Text(verdict_line(result), style=style))  # one line, for people and grep
     return out

@@ -214,9 +214,9 @@ def test_markdown_is_a_job_summary_with_the_verdict_first() -> None:
     lines = res.to_markdown().splitlines()
     assert lines[0] == "### ❌ mqbench compare: REGRESSION"
     header = lines.index(
-        "| cell | metric | baseline | current | change | noise ± | limit | verdict |"
+        "| cell | metric | baseline | current | change | noise ± | floor | limit | verdict |"
     )
-    assert lines[header + 1] == "|---|---|--:|--:|--:|--:|--:|--:|"
+    assert lines[header + 1] == "|---|---|--:|--:|--:|--:|--:|--:|--:|"
     assert lines[header + 2].startswith(
         "| a | throughput | 100.0 msg/s | 50.0 msg/s | -50.0 (-50.0%)"
     )
