@@ -379,16 +379,14 @@ def _judge_cell(
     timing = (_side_timing(b, wakeups[0]), _side_timing(c, wakeups[1]))
     for name, threshold in thresholds.items():
         spec = COMPARE_METRICS[name]
-        floor = None
-        if spec.timing_percentile is not None:
-            floor = timing_floor(spec.timing_percentile, *timing)
-        row = judge(
-            spec,
-            threshold,
+        base, cur = (
             _scaled(b.metrics[spec.source], spec.scale),
             _scaled(c.metrics[spec.source], spec.scale),
-            floor,
         )
+        floor = None
+        if spec.timing_percentile is not None and base.mean is not None:
+            floor = timing_floor(spec.timing_percentile, *timing, base.mean)
+        row = judge(spec, threshold, base, cur, floor)
         if spec.from_intended and bound_sides and not allow_generator_bound:
             row["verdict"] = "refused"
         comp.metrics.append(row)

@@ -31,19 +31,24 @@ from mqbench.records.cell_entry import CellEntry
 from mqbench.records.timing import WakeupFloor
 
 LAG_SOURCE: Final[dict[str, str]] = {
-    "p50": "p99",
+    "p50": "p999",
     "p95": "p999",
     "p99": "p999",
     "p999": "max",
 }
-"""Latency percentile -> the send-lag percentile (summary ``send_lag``) its floor takes."""
+"""Latency percentile -> the send-lag percentile (summary ``send_lag``) its floor takes:
+the lag's tail, where the late wake-ups show (docs/ci.md has the measured swings)."""
 WAKEUP_SOURCE: Final[dict[str, str]] = {
     "p50": "p50",
     "p95": "p99",
     "p99": "p99",
     "p999": "p999",
 }
-"""Latency percentile -> the calibrated wake-up percentile its floor takes."""
+"""Latency percentile -> the calibrated wake-up percentile its floor takes (the probe
+records no p95: the next one up)."""
+CAP_SHARE: Final = 0.5
+"""The floor is never more than this share of the baseline value: a change of half the
+baseline or more is always judged (a doubled p95 is a regression however noisy the runs)."""
 LAG_METRIC: Final[dict[str, str]] = {
     q: f"send_lag_{q}_us" for q in ("p50", "p95", "p99", "p999", "max")
 }
@@ -75,10 +80,13 @@ def wakeup_us(floor: WakeupFloor, percentile: str) -> float:
     return {"p50": floor.p50_us, "p99": floor.p99_us, "p999": floor.p999_us}[percentile]
 
 
-def timing_floor(percentile: str, baseline: SideTiming, current: SideTiming) -> Floor | None:
-    """The floor of latency ``percentile`` (``p50``, ``p95``, ``p99``, ``p999``): the
-    largest of both runs' send lag at :data:`LAG_SOURCE` and calibrated wake-up at
-    :data:`WAKEUP_SOURCE`; None when neither run measured any (or all are 0)."""
+def timing_floor(
+    percentile: str, baseline: SideTiming, current: SideTiming, baseline_ms: float
+) -> Floor | None:
+    """The floor of latency ``percentile`` (``p50``, ``p95``, ``p99``, ``p999``) whose
+    baseline value is ``baseline_ms``: the largest of both runs' send lag at
+    :data:`LAG_SOURCE` and calibrated wake-up at :data:`WAKEUP_SOURCE`, at most
+    :data:`CAP_SHARE` of the baseline; None when neither run measured any (or all are 0)."""
     candidates: list[tuple[float, str]] = []
     for side, timing in (("baseline", baseline), ("current", current)):
         lag_q = LAG_SOURCE[percentile]
@@ -93,9 +101,12 @@ def timing_floor(percentile: str, baseline: SideTiming, current: SideTiming) -> 
                     f"calibrated wake-up {_LABEL[wake_q]} of the {side} run",
                 )
             )
-    if not candidates:
+    if not candidates or baseline_ms == 0:
         return None
     us, source = max(candidates, key=lambda c: c[0])
+    cap = CAP_SHARE * abs(baseline_ms)
+    if us / 1000.0 > cap:
+        return Floor(cap, f"{source}, capped at {100 * CAP_SHARE:g} % of the baseline")
     return Floor(us / 1000.0, source) if us > 0 else None
 
 

@@ -58,9 +58,11 @@ def test_two_identical_runs_without_repeats_do_not_regress_within_their_timing_n
     )
     p95 = row(res, "p95")
     assert p95["verdict"] == "ok" and res.exit_code == 0
-    assert p95["floor"] == pytest.approx(0.145) and p95["limit"] == pytest.approx(0.145)
-    assert p95["limit_by"] == "floor"
-    assert p95["floor_source"] == "send lag p99.9 of the current run"
+    assert p95["floor"] == pytest.approx(0.133) and p95["limit"] == pytest.approx(0.133)
+    assert p95["limit_by"] == "floor"  # 0.145 ms, at most half the baseline's 0.266 ms
+    assert p95["floor_source"] == (
+        "send lag p99.9 of the current run, capped at 50 % of the baseline"
+    )
 
 
 def test_a_doubled_p95_on_a_cell_with_a_small_send_lag_is_still_a_regression() -> None:
@@ -79,6 +81,7 @@ def test_a_small_floor_leaves_the_thresholds_limit_in_force() -> None:
     p95 = row(res, "p95")  # 10 % of 12 ms is 1.2 ms, far above a 0.145 ms floor
     assert p95["verdict"] == "regression" and p95["limit_by"] == "threshold"
     assert p95["limit"] == pytest.approx(1.2) and p95["floor"] == pytest.approx(0.145)
+    assert p95["floor_source"] == "send lag p99.9 of the current run"
 
 
 def test_an_improvement_within_the_floor_is_not_called_one() -> None:
@@ -107,18 +110,32 @@ def test_throughput_and_loss_have_no_floor() -> None:
     assert row(res, "loss")["verdict"] == "regression"
 
 
-def test_each_latency_percentile_takes_the_send_lag_one_tail_step_further() -> None:
+def test_a_doubled_p95_is_a_regression_however_large_the_send_lag_tail() -> None:
+    # measured: a disturbed run's send lag p99.9 reached 1.04 ms beside a p95 of 0.43 ms;
+    # the floor is capped at half the baseline, so a doubling is always judged
+    res = compare_aggregates(
+        [quickstart(427.0, 1038.0)], [quickstart(860.0, 672.0)], parse_thresholds(None)
+    )
+    p95 = row(res, "p95")
+    assert p95["verdict"] == "regression" and p95["floor"] == pytest.approx(0.2135)
+    assert p95["floor_source"] == (
+        "send lag p99.9 of the baseline run, capped at 50 % of the baseline"
+    )
+
+
+def test_each_latency_percentile_takes_the_tail_of_the_send_lag() -> None:
     side = SideTiming({"p50": 1.0, "p95": 2.0, "p99": 30.0, "p999": 400.0, "max": 5000.0})
     none = SideTiming({})
-    floors = {q: timing_floor(q, side, none) for q in ("p50", "p95", "p99", "p999")}
+    floors = {q: timing_floor(q, side, none, 100.0) for q in ("p50", "p95", "p99", "p999")}
     assert {q: f.ms for q, f in floors.items() if f} == {
-        "p50": 0.03,
+        "p50": 0.4,
         "p95": 0.4,
         "p99": 0.4,
         "p999": 5.0,
     }
-    assert timing_floor("p95", none, none) is None
-    assert timing_floor("p95", SideTiming({"p999": 0.0}), none) is None
+    assert timing_floor("p95", none, none, 1.0) is None
+    assert timing_floor("p95", SideTiming({"p999": 0.0}), none, 1.0) is None
+    assert timing_floor("p95", side, none, 0.0) is None
 
 
 def test_a_calibrated_wakeup_floor_sets_the_floor_when_it_is_the_larger() -> None:
@@ -126,8 +143,8 @@ def test_a_calibrated_wakeup_floor_sets_the_floor_when_it_is_the_larger() -> Non
         "fifo+dma", p50_us=44.0, p99_us=177.0, p999_us=1171.0, max_us=3653.0, samples=3000
     )
     res = compare_aggregates(
-        [quickstart(266.0, 106.0)],
-        [quickstart(420.0, 145.0)],
+        [quickstart(400.0, 106.0)],
+        [quickstart(560.0, 145.0)],
         parse_thresholds(None),
         wakeups=({NATS: wake}, {}),
     )
@@ -145,7 +162,7 @@ def _floored() -> Any:
 def test_the_floor_and_what_set_the_limit_are_in_the_json() -> None:
     data = json.loads(_floored().to_json())
     (p95,) = [m for m in data["cells"][0]["metrics"] if m["metric"] == "p95"]
-    assert (p95["floor"], p95["limit_by"]) == (pytest.approx(0.145), "floor")
+    assert (p95["floor"], p95["limit_by"]) == (pytest.approx(0.133), "floor")
     assert data["timing_floor"].startswith("no repeats: latency changes within the timing floor")
     assert "use repeats for a finer gate" in data["timing_floor"]
 
@@ -156,15 +173,15 @@ def test_the_text_markdown_and_junit_show_the_floor() -> None:
     assert text[0].split() == [
         "cell", "metric", "baseline", "current", "change", "noise", "±", "floor", "limit", "verdict"
     ]  # fmt: skip
-    assert "0.145  0.145  ok" in next(line for line in text if " p95 " in line)
+    assert "0.133  0.133  ok" in next(line for line in text if " p95 " in line)
     assert any(line.startswith("no repeats: latency changes within") for line in text)
     markdown = res.to_markdown()
     assert "| noise ± | floor | limit | verdict |" in markdown
-    assert "no repeats: latency changes within the timing floor (0.145 ms" in markdown
+    assert "no repeats: latency changes within the timing floor (0.133 ms" in markdown
     root = ET.fromstring(res.to_junit())
     (case,) = [c for c in root.iter("testcase") if c.get("name") == "p95"]
     out = case.findtext("system-out") or ""
-    assert "limit 0.145 (timing floor: send lag p99.9 of the current run; p95=+10%)" in out
+    assert "limit 0.133 (timing floor: send lag p99.9 of the current run, capped" in out
 
 
 def test_the_terminal_table_shows_the_floor_within_100_columns() -> None:
@@ -172,7 +189,7 @@ def test_the_terminal_table_shows_the_floor_within_100_columns() -> None:
     assert max(len(line) for line in lines) <= 100
     (header,) = [line for line in lines if line.strip().startswith("metric")]
     assert header.split()[-4:] == ["±", "floor", "limit", "verdict"]
-    assert "0.145  0.145  ok" in next(line for line in lines if " p95 " in line)
+    assert "0.133  0.133  ok" in next(line for line in lines if " p95 " in line)
     assert any(line.startswith("no repeats: latency changes within") for line in lines)
     at_80 = [line.plain for line in compare_view(_floored(), 80)]
     assert max(len(line) for line in at_80) <= 80
@@ -204,7 +221,7 @@ def test_compare_runs_takes_the_wakeup_floor_from_the_manifests(tmp_path: Path) 
     floor = {
         "policy": "fifo",
         "p50_us": 40,
-        "p99_us": 150,
+        "p99_us": 60,
         "p999_us": 1000,
         "max_us": 1500,
         "samples": 3000,
@@ -213,12 +230,12 @@ def test_compare_runs_takes_the_wakeup_floor_from_the_manifests(tmp_path: Path) 
     cur = _single_repeat_copy(tmp_path, "cur", None)
     for path in cur.glob("cells/beta-64B-1pairs*/summary.json"):
         data = json.loads(path.read_text())
-        data["latency"]["p95_us"] += 100.0  # 0.131 -> 0.231 ms: +76 %, within 0.150 ms
+        data["latency"]["p95_us"] += 50.0  # 0.131 -> 0.181 ms: +38 %, within 0.060 ms
         path.write_text(json.dumps(data))
     res = compare_runs(base, cur, "p95=+10%")
     (cell,) = [c for c in res.cells if c.cell == "beta-64B-1pairs-1000hz-qos0"]
     p95 = cell.metrics[0]
-    assert p95["verdict"] == "ok" and p95["floor"] == pytest.approx(0.150)
+    assert p95["verdict"] == "ok" and p95["floor"] == pytest.approx(0.060)
     assert p95["floor_source"] == "calibrated wake-up p99 of the baseline run"
     plain = compare_runs(_single_repeat_copy(tmp_path, "plain", None), cur, "p95=+10%")
     (cell,) = [c for c in plain.cells if c.cell == "beta-64B-1pairs-1000hz-qos0"]
