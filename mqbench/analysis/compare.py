@@ -11,7 +11,9 @@ difference of means (Welch), a change counts only as far as it exceeds ``h``:
     ok           otherwise;  missing when either side has no value
 
 ``limit`` is ``|T| * |baseline mean|`` for a relative threshold ``T%`` and ``|T|`` for an
-absolute one (in the metric's unit). Without repeats ``h = 0``.
+absolute one (in the metric's unit). Without repeats ``h = 0``, and the limit of a
+latency metric is at least its timing floor, the machine's and the tool's timing noise
+that both runs measured (``mqbench.analysis.timing_floor``).
 """
 
 from __future__ import annotations
@@ -278,8 +280,10 @@ class CompareResult:
         floors = [m["floor"] for c in self.cells for m in c.metrics if m.get("floor")]
         if not floors:
             return None
-        low, high = min(floors), max(floors)
-        span = f"{low:.3g} ms" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g} ms"
+        from mqbench.analysis.compare_output import fmt
+
+        low, high = fmt(min(floors)), fmt(max(floors))
+        span = f"{low} ms" if low == high else f"{low}-{high} ms"
         return (
             f"no repeats: latency changes within the timing floor ({span}, column floor: the "
             "send lag and wake-up both runs measured) are not judged; use repeats for a "
@@ -389,8 +393,26 @@ def _judge_cell(
         row = judge(spec, threshold, base, cur, floor)
         if spec.from_intended and bound_sides and not allow_generator_bound:
             row["verdict"] = "refused"
+        note = _capped_note(row, floor)
+        if note:
+            comp.notes.append(note)
         comp.metrics.append(row)
     return comp
+
+
+def _capped_note(row: dict[str, Any], floor: Floor | None) -> str | None:
+    """A note when a latency verdict was reached although the runs' timing noise was more
+    than the floor's cap: on such a machine even identical runs can differ that much."""
+    if floor is None or floor.measured_ms is None or row["floor"] is None:
+        return None
+    if row["verdict"] not in ("regression", "improvement"):
+        return None
+    source = floor.source.split(",")[0]
+    return (
+        f"{row['metric']}: the timing noise both runs measured ({source}: "
+        f"{floor.measured_ms:.3g} ms) is more than half the baseline, so this "
+        f"{row['verdict']} may be the machine's; confirm it with repeats"
+    )
 
 
 def compare_aggregates(

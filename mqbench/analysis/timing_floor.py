@@ -10,14 +10,15 @@ run measures that timing itself, per cell:
 - the send lag (summary ``send_lag``): how late the generator's own timed wake-ups handed
   messages out. The publish loop arms its timer ahead by about the 90th percentile of its
   recent wake-ups and busy-waits the rest (docs/performance.md), so the lag shows only the
-  wake-ups that came later than usual: the machine's timing spread, one tail step below
-  the latency percentile it moves;
+  wake-ups that came later than usual, and its tail (p99.9) is how late the machine ran a
+  timed task in that run;
 - the calibrated wake-up floor under the workers' policy (``cells[].timing.wakeup_floor``,
   ``mqbench calibrate``), when the machine was calibrated.
 
 The floor of a latency percentile is the largest of these figures over both runs
-(:data:`LAG_SOURCE`, :data:`WAKEUP_SOURCE`); the gate judges a latency change only beyond
-the larger of the threshold's limit and the floor.
+(:data:`LAG_SOURCE`, :data:`WAKEUP_SOURCE`), at most half the baseline value
+(:data:`CAP_SHARE`); the gate judges a latency change only beyond the larger of the
+threshold's limit and the floor, and only when neither run has repeats.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Floor:
     ms: float
     source: str
     """e.g. ``send lag p99.9 of the current run``."""
+    measured_ms: float | None = None
+    """The figure before the cap, when the cap lowered it (None: not capped)."""
 
 
 def wakeup_us(floor: WakeupFloor, percentile: str) -> float:
@@ -106,7 +109,7 @@ def timing_floor(
     us, source = max(candidates, key=lambda c: c[0])
     cap = CAP_SHARE * abs(baseline_ms)
     if us / 1000.0 > cap:
-        return Floor(cap, f"{source}, capped at {100 * CAP_SHARE:g} % of the baseline")
+        return Floor(cap, f"{source}, capped at {100 * CAP_SHARE:g} % of the baseline", us / 1e3)
     return Floor(us / 1000.0, source) if us > 0 else None
 
 
