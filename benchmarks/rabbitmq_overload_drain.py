@@ -1,4 +1,4 @@
-"""Where rabbitmq-mqtt's backlog waits in an overload, second by second (run on demand).
+r"""Where rabbitmq-mqtt's backlog waits in an overload, second by second (run on demand).
 
 Runs one overload cell (default: 4 pairs x 7,500 msg/s of 64 B, QoS 0, 2 s warm-up, 5 s
 measured, 40 s drain) with ``mqbench run`` and samples, every half second:
@@ -18,6 +18,8 @@ still hold unrouted publishes, and speed up when those are gone.
 
     .venv/bin/python benchmarks/rabbitmq_overload_drain.py
     .venv/bin/python benchmarks/rabbitmq_overload_drain.py --pairs 2 --rate 10000 --drain 30
+    .venv/bin/python benchmarks/rabbitmq_overload_drain.py \
+        --start-args '-rabbit credit_flow_default_credit {50,25}'
 
 Needs the Debian ``rabbitmq-server`` package (as ``mqbench run`` does). Bounded: one cell,
 a time limit of warm-up + duration + drain + 240 s; the temporary folder is removed.
@@ -272,10 +274,15 @@ def run(args: argparse.Namespace) -> None:
         node_file = root / "node-samples.txt"
         sampler = threading.Thread(target=sample, args=(root, node_file, args, samples))
         sampler.start()
+        env = dict(os.environ)
+        if args.start_args:
+            # read by the start script (rabbitmq-env) and put on erl's command line
+            env["RABBITMQ_SERVER_START_ARGS"] = args.start_args
         subprocess.run(
             [*MQBENCH_RUN, str(root / "cell.yaml"), "--out", str(root / "results"), "--no-analyze"],
             timeout=args.limit,
             check=False,
+            env=env,
         )
         sampler.join(timeout=args.limit)
         sent, received = cell_records(root / "results")
@@ -346,10 +353,10 @@ def _summary(
     if not node or not queues or not len(received):
         print("no in-node samples (rabbitmqctl eval failed?) or no deliveries")
         return
-    peak = max(n.memory_mb("rabbit_channel") for n in node)
-    emptied = next(
-        (n.t for n in node if n.t > t0 + 1 and n.memory_mb("rabbit_channel") < 0.1 * peak), None
-    )
+    channels = [n.memory_mb("rabbit_channel") for n in node]
+    peak = max(channels)
+    after_peak = node[channels.index(peak) :]
+    emptied = next((n.t for n in after_peak if n.memory_mb("rabbit_channel") < 0.1 * peak), None)
     per_second = np.bincount((received - t0).astype(int).clip(0))
     # the first of three seconds in a row at >= 5,000 deliveries/s (single spikes happen)
     fast = next((s for s in range(len(per_second) - 2) if min(per_second[s : s + 3]) >= 5000), None)
@@ -376,6 +383,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5)
     parser.add_argument("--drain", type=float, default=40)
     parser.add_argument("--interval", type=float, default=0.5, help="sampling interval (s)")
+    parser.add_argument(
+        "--start-args",
+        default="",
+        help="extra erl arguments for the node, e.g. "
+        "'-rabbit credit_flow_default_credit {50,25}' (RABBITMQ_SERVER_START_ARGS)",
+    )
     args = parser.parse_args()
     args.limit = args.warmup + args.duration + args.drain + 240
     run(args)
