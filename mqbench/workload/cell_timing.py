@@ -11,6 +11,7 @@ imports ``calibration``).
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -75,14 +76,19 @@ class RunTiming:
             self.machine = machine_facts()
         return self.machine
 
+    def workers(self, cell: Cell) -> int:
+        """The cell's worker processes on this machine."""
+        engine = engine_for(self.scenario, cell)
+        return cell_shards(self.scenario.generator, cell, len(self.facts().cpus), engine)[0]
+
     def generator_cores(self, cell: Cell) -> float:
         """Estimated cores the cell's workers need."""
-        generator = self.scenario.generator
-        engine = engine_for(self.scenario, cell)
-        workers, _ = cell_shards(generator, cell, len(self.facts().cpus), engine)
         client = resolve_client(get_target(cell.target).transport, cell.client)
         return estimate_generator_cores(
-            cell.offered_rate, cell.expected_delivery_rate, workers, self.hints.ceilings.get(client)
+            cell.offered_rate,
+            cell.expected_delivery_rate,
+            self.workers(cell),
+            self.hints.ceilings.get(client),
         )
 
     def predicted_placement(self, cell: Cell) -> BrokerPlacement:
@@ -114,7 +120,13 @@ class RunTiming:
             mode = generator.realtime
             reason = "distributed load: the workers are Spark tasks"
             return RealtimeDecision(mode, None, f"auto: off, {reason}" if mode != "off" else "")
-        return decide(generator.realtime, self.facts(), placement, self.generator_cores(cell))
+        return decide(
+            generator.realtime,
+            self.facts(),
+            placement,
+            self.generator_cores(cell),
+            connections_per_worker=math.ceil(cell.connections / self.workers(cell)),
+        )
 
     def check(self, cells: Sequence[Cell]) -> None:
         """``ScenarioError`` (one line) when ``realtime: on`` cannot be honoured."""

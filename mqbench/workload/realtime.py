@@ -16,6 +16,10 @@ cell's generator needs. The rule (docs/performance.md, "Real-time workers"):
   under SCHED_FIFO as under SCHED_OTHER, only sooner after each wake-up. A busier one
   preempts the broker whenever both are runnable, and the broker falls behind.
 * A broker not on this machine: real time, workers not pinned.
+* ``auto`` with more than ``RT_CONNECTIONS_PER_WORKER`` connections per worker: off,
+  wherever the broker runs. The kernel's network work for that many sockets overflows into
+  the CPU's ``ksoftirqd`` thread, a normal task that waits behind a real-time worker, and
+  the worker's own sends and reads wait for it in turn. ``on`` is honoured as asked.
 
 The kernel's real-time throttling (``sched_rt_runtime_us``) stays in force: a worker that
 would exceed it is reported by the self-check, not hidden.
@@ -51,6 +55,13 @@ at most this many cores (``estimate_generator_cores``: 5,000 msg/s per worker wi
 45,000 msg/s ceiling). At 0.5, mosquitto lost to the real-time worker: at 22,627 msg/s
 (estimated 0.45 core, measured 0.69) it delivered 19,872 msg/s with a p50 of 1.2 s against
 all of them at 1.3 ms with real time off (docs/performance.md)."""
+RT_CONNECTIONS_PER_WORKER: Final = 1000
+"""``auto`` keeps real time off above this many connections per worker. The paper
+topology (10 msg/s per pair, 10,000 msg/s, compiled core, broker on the other CPU,
+docs/performance.md): at 200 pairs real time lowered send lag p99 from 0.78 to 0.25 ms, at
+500 pairs it was even (1.33 against 1.62 ms), at 1,000 pairs it raised it from 1.5-1.6 to
+5.9-6.7 ms and marked the cell saturated, with ksoftirqd on the workers' CPU waiting 5.5 s
+for it in a 20 s cell (0.02 s with real time off)."""
 CORE_S_PER_MSG: Final = 100e-6
 """Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
 no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core
@@ -188,6 +199,7 @@ def decide(
     broker: BrokerPlacement,
     generator_cores: float,
     settings: RealtimeSettings | None = None,
+    connections_per_worker: int = 0,
 ) -> RealtimeDecision:
     """The cell's scheduling from the facts (the rule in the module docstring)."""
     base = RealtimeDecision(
@@ -205,6 +217,13 @@ def decide(
         wanted = replace(wanted, dma_latency_us=None)
     if machine.permission is not None:
         return _off(base, f"no permission for SCHED_FIFO ({machine.permission})")
+    if mode == "auto" and connections_per_worker > RT_CONNECTIONS_PER_WORKER:
+        return _off(
+            base,
+            f"{connections_per_worker:,} connections per worker (more than "
+            f"{RT_CONNECTIONS_PER_WORKER:,}): the kernel's network work for them would wait "
+            "behind a real-time worker (ksoftirqd)",
+        )
     if not broker.local:
         return replace(base, settings=wanted, reason="real time: the broker is not on this machine")
     broker_cpus = set(broker.cpus or machine.cpus)

@@ -16,6 +16,7 @@ from mqbench.scenario.matrix import expand
 from mqbench.scenario.model import Scenario
 from mqbench.workload.cell_timing import RunTiming, TimingHints
 from mqbench.workload.realtime import (
+    RT_CONNECTIONS_PER_WORKER,
     SMALL_SHARE_CORES,
     BrokerPlacement,
     MachineFacts,
@@ -258,3 +259,43 @@ def test_a_worker_that_did_not_get_the_decided_policy_is_named() -> None:
     verdict = generator_verdict([worker], late_threshold_ms=5.0, expected_policy="fifo")
     assert not verdict.saturated
     assert verdict.warnings == ("worker 1 ran other, not fifo as decided",)
+
+
+def test_auto_keeps_real_time_off_for_a_worker_with_more_connections_than_it_should_hold() -> None:
+    many = decide(
+        "auto",
+        TWO_CORES,
+        LOCAL_ON_CPU0,
+        generator_cores=0.5,
+        connections_per_worker=RT_CONNECTIONS_PER_WORKER + 1,
+    )
+    assert many.policy == "other" and many.refused is None
+    assert "1,001 connections per worker" in many.reason and "ksoftirqd" in many.reason
+    few = decide(
+        "auto",
+        TWO_CORES,
+        LOCAL_ON_CPU0,
+        generator_cores=0.5,
+        connections_per_worker=RT_CONNECTIONS_PER_WORKER,
+    )
+    assert few.policy == "fifo"
+    asked = decide("on", TWO_CORES, LOCAL_ON_CPU0, generator_cores=0.5, connections_per_worker=2000)
+    assert asked.policy == "fifo" and asked.refused is None
+
+
+def test_a_paper_topology_cell_of_a_thousand_pairs_on_one_worker_runs_without_real_time() -> None:
+    scenario = validate_scenario(
+        {
+            "name": "t",
+            "targets": ["mosquitto"],
+            "resources": ["1cpu-2g"],
+            "workload": {"pairs": 1000, "rate": 10, "payload": "1KiB", "duration": "2s"},
+            "generator": {"realtime": "auto", "workers": 1},
+        },
+        "t.yaml",
+    )
+    timing = _timing(scenario)
+    cell = expand(scenario)[0]
+    decision = timing.decide(cell, timing.predicted_placement(cell))
+    assert decision.policy == "other"
+    assert decision.reason.startswith("auto: off, 2,000 connections per worker")
