@@ -60,8 +60,8 @@ RT_CONNECTIONS_PER_WORKER: Final = 1000
 topology (10 msg/s per pair, 10,000 msg/s, compiled core, broker on the other CPU,
 docs/performance.md): at 200 pairs real time lowered send lag p99 from 0.78 to 0.25 ms, at
 500 pairs it was even (1.33 against 1.62 ms), at 1,000 pairs it raised it from 1.5-1.6 to
-5.9-6.7 ms and marked the cell saturated, with ksoftirqd on the workers' CPU waiting 5.5 s
-for it in a 20 s cell (0.02 s with real time off)."""
+5.9-6.7 ms and marked the cell saturated (4.3 to 14.8 ms on the Python engine, whose step
+had ksoftirqd on the workers' CPU waiting 5.5 s behind it, 0.02 s with real time off)."""
 CORE_S_PER_MSG: Final = 100e-6
 """Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
 no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from aggregates import agg
 from typer.testing import CliRunner
 
 from mqbench.analysis.compare import (
@@ -17,23 +18,11 @@ from mqbench.analysis.compare import (
     noise_halfwidth,
     parse_thresholds,
 )
-from mqbench.analysis.repeats import METRICS, MeanCI, RepeatAggregate, mean_ci
+from mqbench.analysis.repeats import RepeatAggregate, mean_ci
 from mqbench.cli.report_cmd import compare, report
 from mqbench.errors import UsageError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "report" / "20260101T000000Z-fixture"
-
-
-def agg(cell: str = "c", saturated: bool = False, **values: list[float]) -> RepeatAggregate:
-    """An aggregate whose metrics are ``mean_ci`` of the given per-repeat values."""
-    metrics = {name: MeanCI(0, None, None, None) for name in METRICS}
-    n = 1
-    for name, xs in values.items():
-        metrics[name] = mean_ci(xs)
-        n = len(xs)
-    return RepeatAggregate(
-        cell, 0, {"target": "t"}, list(range(n)), [cell] * n, metrics, saturated, not saturated
-    )
 
 
 def one(result_cells: list, metric: str) -> dict:  # type: ignore[type-arg]

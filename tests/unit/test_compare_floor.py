@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aggregates import agg
 
 from mqbench.analysis.compare import compare_aggregates, compare_runs, parse_thresholds
-from mqbench.analysis.repeats import METRICS, MeanCI, RepeatAggregate, mean_ci
+from mqbench.analysis.repeats import RepeatAggregate
 from mqbench.analysis.timing_floor import SideTiming, timing_floor
 from mqbench.cli.tables import compare_view
 from mqbench.records.timing import WakeupFloor
@@ -22,21 +23,11 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "report" / "2026010
 NATS = "nats-1KiB-20pairs-10hz-qos0"
 
 
-def agg(cell: str = NATS, **values: list[float]) -> RepeatAggregate:
-    metrics = {name: MeanCI(0, None, None, None) for name in METRICS}
-    n = 1
-    for name, xs in values.items():
-        metrics[name] = mean_ci(xs)
-        n = len(xs)
-    return RepeatAggregate(
-        cell, 0, {"target": "t"}, list(range(n)), [cell] * n, metrics, False, True
-    )
-
-
 def quickstart(p95_us: float, lag_p999_us: float, **more: list[float]) -> RepeatAggregate:
     """A quickstart NATS cell without repeats (figures of two measured runs, docs/ci.md)."""
     lag = {"send_lag_p50_us": [0.0], "send_lag_p95_us": [11.0], "send_lag_p99_us": [52.0]}
     return agg(
+        NATS,
         latency_p95_us=[p95_us],
         send_lag_p999_us=[lag_p999_us],
         throughput_msg_s=[200.0],
@@ -93,8 +84,8 @@ def test_an_improvement_within_the_floor_is_not_called_one() -> None:
 
 def test_with_repeats_the_welch_interval_decides_and_no_floor_applies() -> None:
     lag = {"send_lag_p999_us": [500.0, 500.0, 500.0]}
-    base = agg(latency_p95_us=[266.0, 268.0, 270.0], **lag)
-    cur = agg(latency_p95_us=[372.0, 374.0, 376.0], **lag)
+    base = agg(NATS, latency_p95_us=[266.0, 268.0, 270.0], **lag)
+    cur = agg(NATS, latency_p95_us=[372.0, 374.0, 376.0], **lag)
     p95 = row(compare_aggregates([base], [cur], parse_thresholds("p95=+10%")), "p95")
     assert p95["floor"] is None and p95["limit_by"] == "threshold"
     assert p95["verdict"] == "regression"  # 106 µs beyond a 2 µs spread is the broker's
