@@ -57,7 +57,7 @@ at most this many cores (``estimate_generator_cores``: 5,000 msg/s per worker wi
 all of them at 1.3 ms with real time off (docs/performance.md)."""
 RT_CONNECTIONS_PER_WORKER: Final = 1000
 """``auto`` keeps real time off above this many connections per worker. The paper
-topology (10 msg/s per pair, 10,000 msg/s, compiled core, broker on the other CPU,
+topology (a connection per client, 10,000 msg/s in total, compiled core, broker on the other CPU,
 docs/performance.md): at 200 pairs real time lowered send lag p99 from 0.78 to 0.25 ms, at
 500 pairs it was even (1.33 against 1.62 ms), at 1,000 pairs it raised it from 1.5-1.6 to
 5.9-6.7 ms and marked the cell saturated (4.3 to 14.8 ms on the Python engine, whose step
