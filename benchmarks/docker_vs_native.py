@@ -56,7 +56,7 @@ from mqbench.brokers.base import StartRequest
 from mqbench.brokers.docker.runtime import DockerBroker, DockerRuntime
 from mqbench.brokers.runtime.net import free_port
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.run import SilentReporter, run_scenario
 
@@ -162,8 +162,7 @@ def _run(args: argparse.Namespace, mode: str, n: int, out: Path, broker: dict[st
     data = _scenario(args, mode, broker)
     result = run_scenario(
         validate_scenario(data, "benchmark"),
-        scenario_file="benchmark",
-        scenario_data=data,
+        source=ScenarioSource("benchmark", data),
         out_root=out,
         argv=["benchmarks/docker_vs_native.py"],
         reporter=QuietReporter(),

@@ -20,7 +20,7 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.runtime.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.hadoop_fs import RemoteRoot
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.coordinator import Progress
 from mqbench.workload.run import run_scenario
@@ -80,8 +80,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mqbench-bench-") as tmp:
         result = run_scenario(
             scenario,
-            scenario_file="benchmark",
-            scenario_data=data,
+            source=ScenarioSource("benchmark", data),
             out_root=Path(tmp),
             argv=["benchmarks/engine_throughput.py"],
             reporter=QuietReporter(),

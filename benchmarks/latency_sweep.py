@@ -72,7 +72,7 @@ from mqbench.errors import MqbenchError
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.format import HEADER
 from mqbench.records.worker_stats import WorkerStats
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.units import parse_duration
 from mqbench.transports.registry import resolve_client
@@ -329,8 +329,7 @@ def _run_rate(
     try:
         result = run_scenario(
             scenario,
-            scenario_file="benchmark",
-            scenario_data=data,
+            source=ScenarioSource("benchmark", data),
             out_root=out_root,
             argv=["benchmarks/latency_sweep.py"],
             reporter=QuietReporter(),

@@ -33,7 +33,7 @@ from pathlib import Path
 from paper_topology import CpuSamples, QuietReporter, free_port
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.workload.run import run_scenario
 
 NATSCLI = "github.com/nats-io/natscli/nats@v0.5.0"
@@ -132,8 +132,7 @@ def engine_step(
     with samples.running():
         result = run_scenario(
             scenario,
-            scenario_file="benchmark",
-            scenario_data=data,
+            source=ScenarioSource("benchmark", data),
             out_root=out,
             argv=["benchmarks/nats_side_by_side.py"],
             reporter=QuietReporter(),

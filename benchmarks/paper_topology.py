@@ -40,7 +40,7 @@ from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.analysis.summary import CellSummary
 from mqbench.brokers.runtime.liveness import BrokerExit
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.reporter import SilentReporter
 from mqbench.workload.run import run_scenario
@@ -201,8 +201,7 @@ def run_step(
     with samples.running():
         result = run_scenario(
             scenario,
-            scenario_file="benchmark",
-            scenario_data=data,
+            source=ScenarioSource("benchmark", data),
             out_root=out,
             argv=["benchmarks/paper_topology.py"],
             reporter=QuietReporter(),

@@ -36,7 +36,7 @@ from typing import Any
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.records.transfer import MAX_CHUNK_BYTES, RecordChunk, RecordSink
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.workload.messages import RecordsShipped
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 from mqbench.workload.spark_engine import spark_context, stop_spark
@@ -72,8 +72,7 @@ def run(
     model, data = scenario(target, pairs, rate, duration, generator)
     return run_scenario(
         model,
-        scenario_file="bench.yaml",
-        scenario_data=data,
+        source=ScenarioSource("bench.yaml", data),
         out_root=out,
         argv=["benchmarks/spark_load.py"],
         reporter=SilentReporter(),

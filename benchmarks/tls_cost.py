@@ -38,7 +38,7 @@ from typing import Any
 
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 
@@ -82,8 +82,7 @@ def _run(
         data["search"] = search
     return run_scenario(
         validate_scenario(data, "benchmark"),
-        scenario_file="benchmark",
-        scenario_data=data,
+        source=ScenarioSource("benchmark", data),
         out_root=out,
         argv=["benchmarks/tls_cost.py", *(["--ceiling"] if search else [])],
         reporter=QuietReporter(),

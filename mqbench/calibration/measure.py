@@ -17,7 +17,7 @@ from mqbench.brokers.runtime.registry import runtime_capabilities
 from mqbench.calibration.model import CellFigures
 from mqbench.errors import MqbenchError, ScenarioError
 from mqbench.records.cell_entry import CellEntry
-from mqbench.scenario.loader import describe_validation_error
+from mqbench.scenario.loader import ScenarioSource, describe_validation_error
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import BrokerOptions, Generator, Scenario, Workload
 from mqbench.workload.run import SilentReporter, run_scenario
@@ -142,8 +142,9 @@ def run_cell(
     scenario = calibration_scenario(request)
     result = run_scenario(
         scenario,
-        scenario_file="mqbench calibrate",
-        scenario_data=scenario.model_dump(mode="json", exclude_unset=True),
+        source=ScenarioSource(
+            "mqbench calibrate", scenario.model_dump(mode="json", exclude_unset=True)
+        ),
         out_root=out_root,
         argv=["mqbench", "calibrate"],
         reporter=_Reporter(on_phase),

@@ -11,12 +11,17 @@ cells with another client are not checked.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mqbench.brokers.registry import get_target
 from mqbench.calibration.store import LoadedCalibration, default_path, load
 from mqbench.calibration.wakeup import as_floor
+from mqbench.records.calibration_entry import (
+    CalibrationEntry,
+    CalibrationFigures,
+    CeilingWarningEntry,
+)
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.registry import resolve_client
@@ -53,16 +58,16 @@ class CeilingWarning:
             "send lag may dominate its latency"
         )
 
-    def record(self) -> dict[str, Any]:
-        """The manifest form."""
-        return {
-            "cell": self.cell_id,
-            "client": self.client,
-            "workers": self.workers,
-            "offered_per_worker": round(self.offered_per_worker, 3),
-            "delivered_per_worker": round(self.delivered_per_worker, 3),
-            "ceiling_per_worker": round(self.ceiling, 3),
-        }
+    def record(self) -> CeilingWarningEntry:
+        """The manifest's record of it (figures rounded to 3 decimals)."""
+        return CeilingWarningEntry(
+            cell=self.cell_id,
+            client=self.client,
+            workers=self.workers,
+            offered_per_worker=round(self.offered_per_worker, 3),
+            delivered_per_worker=round(self.delivered_per_worker, 3),
+            ceiling_per_worker=round(self.ceiling, 3),
+        )
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class CalibrationCheck:
 
     loaded: LoadedCalibration
     warnings: list[CeilingWarning] = field(default_factory=list)
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: CalibrationFigures = field(default_factory=CalibrationFigures)
     """The ceilings and floors of the run's clients/protocols that were used."""
 
     def timing_hints(self) -> TimingHints:
@@ -97,22 +102,26 @@ class CalibrationCheck:
         lines += [w.text() for w in self.warnings]
         return lines
 
-    def manifest_record(self) -> dict[str, Any]:
+    def manifest_record(self) -> CalibrationEntry:
         """The manifest's ``calibration`` entry (docs/results.md)."""
         loaded = self.loaded
-        record: dict[str, Any] = {
-            "path": str(loaded.path),
-            "status": loaded.status,
-            "used": loaded.status == "valid",
-            "reasons": list(loaded.reasons),
-        }
+        record = CalibrationEntry(
+            path=str(loaded.path),
+            status=loaded.status,
+            used=loaded.status == "valid",
+            reasons=tuple(loaded.reasons),
+        )
         if loaded.calibration is not None:
-            record["created_utc"] = loaded.calibration.created_utc
-            record["updated_utc"] = loaded.calibration.updated_utc
-            record["host"] = loaded.calibration.host.model_dump(mode="json")
+            record = replace(
+                record,
+                created_utc=loaded.calibration.created_utc,
+                updated_utc=loaded.calibration.updated_utc,
+                host=loaded.calibration.host.model_dump(mode="json"),
+            )
         if loaded.status == "valid":
-            record["figures"] = self.figures
-            record["warnings"] = [w.record() for w in self.warnings]
+            record = replace(
+                record, figures=self.figures, warnings=tuple(w.record() for w in self.warnings)
+            )
         return record
 
 
@@ -167,7 +176,7 @@ def check_cells(
         if result.figures is not None
     }
     return CalibrationCheck(
-        loaded, warnings, {"ceilings": ceilings, "floors": floors, "wakeup": wakeup}
+        loaded, warnings, CalibrationFigures(ceilings=ceilings, floors=floors, wakeup=wakeup)
     )
 
 

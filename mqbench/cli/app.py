@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mqbench.brokers.runtime.availability import TargetAvailability
     from mqbench.calibration.use import CalibrationCheck
     from mqbench.records.cell_entry import CellEntry
+    from mqbench.scenario.loader import ScenarioSource
     from mqbench.workload.metrics_endpoint import MetricsEndpoint
     from mqbench.workload.outline import RunOutline
 
@@ -202,7 +203,7 @@ def run(
             settings += ["generator.engine=spark", f"generator.master={spark_master}"]
         if bind is not None:
             settings.append(f"broker.host={bind}")
-        scenario, data = load_scenario(scenario_file, settings)
+        scenario, source = load_scenario(scenario_file, settings)
         cells = expand(scenario)
         selected = set(only or [])
         if selected:
@@ -224,7 +225,7 @@ def run(
             return 0
         _print_calibration_notes(check, people(view.fmt))
         _print_runtime_notes(scenario, people(view.fmt))
-        run_args = RunArgs(data, scenario_file, out_root, selected, no_analyze, master, view)
+        run_args = RunArgs(source, out_root, selected, no_analyze, master, view)
         if metrics is None:
             return _run(scenario, run_args, check, strict)
         from mqbench.workload.live_metrics import parse_address
@@ -329,8 +330,7 @@ def hot_path_lines(plan: RunOutline) -> list[str]:
 class RunArgs:
     """What ``run`` passes on from its command line."""
 
-    data: dict[str, Any]
-    scenario_file: Path
+    source: ScenarioSource
     out: Path | RemoteRoot
     selected: set[str]
     no_analyze: bool
@@ -354,8 +354,7 @@ def _run(
     selected = args.selected
     result = run_scenario(
         scenario,
-        scenario_file=str(args.scenario_file),
-        scenario_data=args.data,
+        source=args.source,
         out_root=args.out,
         argv=command_line(),
         reporter=endpoint.reporter(RichReporter(target)) if endpoint else RichReporter(target),

@@ -33,6 +33,7 @@ from typing import Any, Final, Literal, cast, get_args
 
 from mqbench.errors import ResultsError
 from mqbench.process.lifeline import start_time
+from mqbench.records.calibration_entry import CalibrationEntry
 from mqbench.records.cell_entry import CellEntry, CellEntryError
 from mqbench.records.format import SCHEMA_VERSION
 from mqbench.records.results import write_json_atomic
@@ -145,9 +146,10 @@ class Recovery:
 
 @dataclass(frozen=True)
 class RunManifest:
-    """``manifest.json`` (docs/results.md). Mapping-valued entries are records other parts
-    own and describe (the resolved scenario, the security facts, the calibration check);
-    the saturation search's report is a ``SearchReport``."""
+    """``manifest.json`` (docs/results.md). Mapping-valued entries are JSON documents
+    stored as other parts wrote them (the resolved scenario, the scenario as written, the
+    security facts); the calibration check is a ``CalibrationEntry`` and the saturation
+    search's report a ``SearchReport``."""
 
     schema_version: int = RUN_MANIFEST_VERSION
     status: RunStatus = "running"
@@ -165,7 +167,8 @@ class RunManifest:
     scenario_input: Mapping[str, Any] | None = None
     """The scenario as written (with ``--set`` applied), secrets redacted."""
     security: Mapping[str, Any] | None = None
-    calibration: Mapping[str, Any] | None = None
+    calibration: CalibrationEntry | None = None
+    """Which calibration ``run`` checked the cells against (``records.calibration_entry``)."""
     search: SearchReport | None = None
     runner: RunnerProcess | None = None
     recovered: Recovery | None = None
@@ -211,7 +214,7 @@ class RunManifest:
         optional: dict[str, Any] = {
             "scenario_input": self.scenario_input,
             "security": self.security,
-            "calibration": self.calibration,
+            "calibration": None if self.calibration is None else self.calibration.to_dict(),
             "search": self.search.to_dict() if self.search is not None else None,
             "runner": self.runner.to_dict() if self.runner is not None else None,
             "recovered": self.recovered.to_dict() if self.recovered is not None else None,
@@ -265,7 +268,7 @@ class RunManifest:
             scenario=_mapping(data, "scenario") or {},
             scenario_input=_mapping(data, "scenario_input"),
             security=_mapping(data, "security"),
-            calibration=_mapping(data, "calibration"),
+            calibration=_calibration(data),
             search=_search(data),
             runner=None if runner is None else RunnerProcess.from_dict(runner),
             recovered=None
@@ -290,6 +293,16 @@ def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValueError(f"{key} is not an object")
     return value
+
+
+def _calibration(data: Mapping[str, Any]) -> CalibrationEntry | None:
+    value = _mapping(data, "calibration")
+    if value is None:
+        return None
+    try:
+        return CalibrationEntry.from_dict(value)
+    except KeyError as exc:
+        raise ValueError(f"calibration lacks {exc}") from None
 
 
 def _search(data: Mapping[str, Any]) -> SearchReport | None:

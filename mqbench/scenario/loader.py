@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return result
 
 
-def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class ScenarioSource:
+    """The scenario as its user gave it: where (``file``: the path, or a label such as
+    ``mqbench calibrate``) and what (``document``: the YAML mapping with ``--set``
+    applied, before validation).
+
+    The engine runs the validated :class:`Scenario`; this is kept only so the manifest can
+    say what was asked, in the user's own words (``scenario_file`` and, secrets redacted,
+    ``scenario_input``: :meth:`stored_input`). ``document`` is a private copy.
+    """
+
+    file: str
+    document: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "document", _deep_copy(self.document))
+
+    def stored_input(self) -> dict[str, Any]:
+        """The manifest's ``scenario_input``: the document with every secret redacted."""
+        stored: dict[str, Any] = redact(_deep_copy(self.document))
+        return stored
 
 
 MAX_SCENARIO_BYTES = 1024 * 1024
@@ -291,7 +316,8 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 def load_scenario(
     path: Path, overrides: list[str] | None = None
-) -> tuple[Scenario, dict[str, Any]]:
-    """Load, override and validate; return the model and the raw (overridden) mapping."""
+) -> tuple[Scenario, ScenarioSource]:
+    """Load, override and validate; return the model and the scenario as given (the
+    overridden mapping)."""
     data = apply_overrides(read_scenario_data(path), overrides or [])
-    return validate_scenario(data, str(path)), data
+    return validate_scenario(data, str(path)), ScenarioSource(str(path), data)

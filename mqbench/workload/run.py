@@ -7,18 +7,19 @@ import functools
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from mqbench.errors import LoadTaskLost, MqbenchError, ResultsWriteError, ScenarioError
 from mqbench.process import interrupts
+from mqbench.records.calibration_entry import CalibrationEntry
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.hadoop_fs import HadoopFs, RemoteRoot, RunPublisher
 from mqbench.records.manifest import Manifest
 from mqbench.records.results import SpaceReserve, create_result_dir
 from mqbench.records.run_manifest import run_failure
+from mqbench.scenario.loader import ScenarioSource
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Scenario
 from mqbench.scenario.security import redact, redact_argv
@@ -76,24 +77,25 @@ class RunResult:
 def run_scenario(
     scenario: Scenario,
     *,
-    scenario_file: str,
-    scenario_data: dict[str, Any],
+    source: ScenarioSource,
     out_root: Path | RemoteRoot,
     argv: list[str],
     reporter: RunReporter,
     only: Callable[[Cell], bool] | None = None,
-    calibration: Mapping[str, Any] | None = None,
+    calibration: CalibrationEntry | None = None,
     evaluate: Evaluate | None = None,
     timing: TimingHints | None = None,
 ) -> RunResult:
     """Run every cell of ``scenario``; raise ``RunInterrupted`` on Ctrl-C (after saving).
 
     Nothing is created or started before :func:`workload.preflight.preflight` passes.
-    ``calibration`` is the manifest's record of the calibration the CLI checked the cells
-    against. ``evaluate`` summarises a finished
+    ``source`` is the scenario as the user gave it (file and document), recorded in the
+    manifest. ``calibration`` is the manifest's record of the calibration the CLI checked
+    the cells against. ``evaluate`` summarises a finished
     step of a saturation search (``workload.search``); a scenario with a ``search`` needs
     one. ``timing``: the calibration's wake-up floors and ceilings (``workload.cell_timing``).
     """
+    scenario_file = source.file
     cells = [c for c in expand(scenario) if only is None or only(c)]
     if not cells:
         raise ScenarioError(f"{scenario_file}: no cell matches the selection")
@@ -118,8 +120,7 @@ def run_scenario(
             result = _run_cells(
                 scenario,
                 cells,
-                scenario_file,
-                scenario_data,
+                source,
                 local_root,
                 argv,
                 reporter,
@@ -176,19 +177,18 @@ def discard_staging(staging: Path) -> None:
 def _first_manifest(
     result_dir: Path,
     scenario: Scenario,
-    scenario_file: str,
-    scenario_data: dict[str, Any],
+    source: ScenarioSource,
     argv: list[str],
     security: RunSecurity,
-    calibration: Mapping[str, Any] | None,
+    calibration: CalibrationEntry | None,
 ) -> Manifest:
     """The run's manifest as saved before any cell runs, secrets redacted."""
     manifest = Manifest(
         result_dir,
         redact(scenario.model_dump(mode="json")),
-        scenario_file,
+        source.file,
         redact_argv(argv),
-        scenario_input=redact(scenario_data),
+        scenario_input=source.stored_input(),
         security=security.describe(),
         calibration=calibration,
     )
@@ -217,12 +217,11 @@ def _skipped(cell: Cell, search: SearchTracker) -> CellEntry:
 def _run_cells(
     scenario: Scenario,
     cells: list[Cell],
-    scenario_file: str,
-    scenario_data: dict[str, Any],
+    source: ScenarioSource,
     out_root: Path,
     argv: list[str],
     reporter: RunReporter,
-    calibration: Mapping[str, Any] | None,
+    calibration: CalibrationEntry | None,
     search: SearchTracker | None,
     security: RunSecurity,
     run_timing: RunTiming,
@@ -236,9 +235,7 @@ def _run_cells(
         if output is not None:
             shown = output.reserve(result_dir)
         reserve = SpaceReserve(result_dir, RESERVE_BYTES)
-        manifest = _first_manifest(
-            result_dir, scenario, scenario_file, scenario_data, argv, security, calibration
-        )
+        manifest = _first_manifest(result_dir, scenario, source, argv, security, calibration)
 
     publish = functools.partial(_publish, output, result_dir)
     ctx = RunContext(

@@ -10,7 +10,7 @@ import pytest
 
 from mqbench.brokers.runtime.registry import get_runtime
 from mqbench.records.hadoop_fs import RemoteRoot
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 
 
@@ -45,8 +45,7 @@ def run(data: dict[str, Any], out: Path | RemoteRoot) -> RunResult:
             pytest.skip(f"{target}: {availability.reason}")
     return run_scenario(
         scenario,
-        scenario_file="test.yaml",
-        scenario_data=data,
+        source=ScenarioSource("test.yaml", data),
         out_root=out,
         argv=["pytest"],
         reporter=SilentReporter(),

@@ -19,7 +19,7 @@ import pytest
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.brokers.base import RunningBroker
 from mqbench.records.format import HEADER
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.workload.run import SilentReporter, run_scenario
 
 pytestmark = pytest.mark.integration
@@ -72,8 +72,7 @@ def test_latency_from_send_agrees_with_an_independent_native_subscriber(
             }
             result = run_scenario(
                 validate_scenario(data, "test"),
-                scenario_file="test",
-                scenario_data=data,
+                source=ScenarioSource("test", data),
                 out_root=tmp_path / "results",
                 argv=["pytest"],
                 reporter=SilentReporter(),

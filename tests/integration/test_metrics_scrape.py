@@ -24,7 +24,7 @@ import pytest
 
 from mqbench.analysis import analyze_run
 from mqbench.analysis.series import HDR_LOG, read_series
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.workload.metrics_endpoint import MetricsEndpoint
 from mqbench.workload.run import RunResult, SilentReporter, run_scenario
 
@@ -131,8 +131,7 @@ def scraped(
         began = time.time()
         result = run_scenario(
             validate_scenario(SCENARIO, "test"),
-            scenario_file="test",
-            scenario_data=SCENARIO,
+            source=ScenarioSource("test", SCENARIO),
             out_root=root / "results",
             argv=["pytest"],
             reporter=endpoint.reporter(SilentReporter()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from calibration_fixtures import calibration
 from mqbench.calibration.model import current_host
 from mqbench.calibration.store import LoadedCalibration
 from mqbench.calibration.use import check_cells
+from mqbench.records.calibration_entry import CalibrationEntry
 from mqbench.scenario.loader import validate_scenario
 from mqbench.scenario.matrix import expand
 
@@ -89,7 +91,8 @@ def test_clients_without_a_ceiling_are_not_checked() -> None:
 
 def test_the_manifest_records_the_calibration_used_and_its_figures() -> None:
     s = scenario(pairs=10, rate=200)
-    record = check_cells(s, expand(s), valid({"mqtt": 1000.0, "nats": 3000.0}), 2).manifest_record()
+    entry = check_cells(s, expand(s), valid({"mqtt": 1000.0, "nats": 3000.0}), 2).manifest_record()
+    record = entry.to_dict()
     assert record["path"] == "/c.json"
     assert record["status"] == "valid" and record["used"] is True
     assert record["created_utc"] == "2026-11-22T10:00:00+00:00"
@@ -108,6 +111,27 @@ def test_the_manifest_records_the_calibration_used_and_its_figures() -> None:
     ]
 
 
+def test_the_stored_calibration_entry_keeps_its_keys_order_and_reads_back_unchanged() -> None:
+    s = scenario(pairs=10, rate=200)
+    record = check_cells(s, expand(s), valid({"mqtt": 1000.0}), 2).manifest_record().to_dict()
+    assert list(record) == [
+        "path",
+        "status",
+        "used",
+        "reasons",
+        "created_utc",
+        "updated_utc",
+        "host",
+        "figures",
+        "warnings",
+    ]
+    assert list(record["figures"]) == ["ceilings", "floors", "wakeup"]
+    text = json.dumps(record)
+    assert json.dumps(CalibrationEntry.from_dict(json.loads(text)).to_dict()) == text
+    older = {"path": "/c.json", "status": "valid", "figures": {"ceilings": {}, "floors": {}}}
+    assert CalibrationEntry.from_dict(older).to_dict() == older  # before the wake-up probe
+
+
 def test_a_stale_calibration_is_named_and_not_used() -> None:
     s = scenario(rate=10_000)
     other = current_host().model_copy(update={"hostname": "elsewhere"})
@@ -117,7 +141,7 @@ def test_a_stale_calibration_is_named_and_not_used() -> None:
     assert check.notes() == [
         "calibration /c.json is stale and not used (hostname x); re-run `mqbench calibrate`"
     ]
-    record = check.manifest_record()
+    record = check.manifest_record().to_dict()
     assert record["used"] is False and record["status"] == "stale"
     assert "figures" not in record
 
@@ -126,7 +150,7 @@ def test_no_calibration_is_recorded_as_missing_without_a_note() -> None:
     s = scenario()
     check = check_cells(s, expand(s), LoadedCalibration(Path("/none.json"), "missing"), cpus=2)
     assert check.notes() == []
-    assert check.manifest_record() == {
+    assert check.manifest_record().to_dict() == {
         "path": "/none.json",
         "status": "missing",
         "used": False,

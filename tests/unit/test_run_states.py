@@ -15,6 +15,7 @@ from analysis_fixtures import MS, make_cell, records, sends_ok, write_manifest
 from mqbench.analysis.api import analyze_results
 from mqbench.analysis.verdict import InvalidKind
 from mqbench.errors import AnalysisError
+from mqbench.records.calibration_entry import CalibrationEntry
 from mqbench.records.cell_entry import BrokerExitEntry, CellEntry
 from mqbench.records.integrity import write_count
 from mqbench.records.manifest import Manifest
@@ -57,7 +58,7 @@ def test_a_new_manifest_is_running_and_records_its_own_process(tmp_path: Path) -
 
 def test_a_manifest_finishes_once_and_reads_back_as_written(tmp_path: Path) -> None:
     manifest = Manifest(
-        tmp_path, {"name": "s"}, "s.yaml", ["mqbench"], calibration={"status": "missing"}
+        tmp_path, {"name": "s"}, "s.yaml", ["mqbench"], calibration=CalibrationEntry("missing")
     )
     manifest.add_cell(CellEntry(id="c", status="running"))
     manifest.update_cell("c", lambda c: replace(c, status="completed"))
@@ -67,7 +68,7 @@ def test_a_manifest_finishes_once_and_reads_back_as_written(tmp_path: Path) -> N
     back = read_run_manifest(tmp_path)
     assert back == manifest.run
     assert back.status == "completed" and back.cells[0].status == "completed"
-    assert back.calibration == {"status": "missing"}
+    assert back.calibration == CalibrationEntry("missing")
     assert RunManifest.from_dict(back.to_dict()) == back
 
 

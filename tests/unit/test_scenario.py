@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from mqbench.errors import ScenarioError, UsageError
-from mqbench.scenario.loader import apply_overrides, load_scenario
+from mqbench.scenario.loader import ScenarioSource, apply_overrides, load_scenario
 from mqbench.scenario.matrix import expand
 from mqbench.scenario.units import format_size, parse_duration, parse_size
 
@@ -201,3 +201,19 @@ def test_zenoh_shared_memory_is_off_unless_the_scenario_turns_it_on(tmp_path: Pa
     assert protocol_params(on, "zenoh") == {"shared_memory": True}
     with pytest.raises(ScenarioError, match=r"zenoh\.shm"):
         load_scenario(write(tmp_path, "name: z\ntargets: [zenoh]\nzenoh: {shm: true}\n"))
+
+
+def test_the_scenario_as_given_is_a_private_copy_stored_with_its_secrets_redacted(
+    tmp_path: Path,
+) -> None:
+    _, source = load_scenario(write(tmp_path, "name: s\ntargets: [nats]\n"), ["workload.rate=5"])
+    assert source.file == str(tmp_path / "s.yaml")
+    stored = source.stored_input()
+    assert stored == {"name": "s", "targets": ["nats"], "workload": {"rate": 5}}
+    stored["workload"]["rate"] = 7  # the manifest's copy, not the source
+    assert source.stored_input()["workload"] == {"rate": 5}
+    document = {"broker": {"extra": {"api_token": "t0ps3cret"}}}
+    given = ScenarioSource("s.yaml", document)
+    document["broker"]["extra"]["api_token"] = "changed"
+    assert given.document == {"broker": {"extra": {"api_token": "t0ps3cret"}}}
+    assert "t0ps3cret" not in repr(given.stored_input())

@@ -9,7 +9,7 @@ import pytest
 from mqbench.errors import AnalysisError, ScenarioError
 from mqbench.records.cell_entry import CellEntry, CellStatus
 from mqbench.records.run_manifest import ManifestError, RunManifest
-from mqbench.scenario.loader import validate_scenario
+from mqbench.scenario.loader import ScenarioSource, validate_scenario
 from mqbench.scenario.matrix import Cell, expand
 from mqbench.workload.run import SilentReporter, run_scenario
 from mqbench.workload.search import SearchTracker
@@ -123,8 +123,7 @@ def test_a_search_without_an_evaluation_is_refused_before_anything_starts(tmp_pa
     with pytest.raises(ScenarioError, match="needs an evaluation"):
         run_scenario(
             validate_scenario(data, "s.yaml"),
-            scenario_file="s.yaml",
-            scenario_data=data,
+            source=ScenarioSource("s.yaml", data),
             out_root=tmp_path / "out",
             argv=[],
             reporter=SilentReporter(),
