@@ -227,7 +227,7 @@ class CellRun:
                 workdir=self.cell_dir / "broker",
                 host=scenario.broker.host,
                 port=scenario.broker.port,
-                options=options,
+                options=options.request_options(),
                 startup_timeout_s=scenario.broker.startup_timeout,
                 security=self.ctx.security.broker_for(options),
             )

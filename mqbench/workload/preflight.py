@@ -214,6 +214,6 @@ def check_targets(scenario: Scenario, cells: Sequence[Cell]) -> None:
         seen.add(key)
         resolved = broker_start_options(scenario, cell)  # secrets can be read, or a refusal
         try:
-            runtime.check_options(cell.target, resolved)
+            runtime.check_options(cell.target, resolved.request_options())
         except BrokerError as exc:
             raise BrokerError(f"target {cell.target!r}: {exc}") from None

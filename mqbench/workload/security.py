@@ -123,13 +123,13 @@ class RunSecurity:
         """The manifest's ``security`` entry: what was on, fingerprints; no secret."""
         return self.facts.describe()
 
-    def broker_for(self, options: Mapping[str, Any]) -> BrokerSecurity | None:
+    def broker_for(self, options: BrokerStartOptions) -> BrokerSecurity | None:
         """What a broker started with ``options`` is configured with: the run's security,
         or, for a plain run whose options hold a :class:`Secret`, only the private
         directory (the broker writes the secret there, never into its work directory)."""
         if self.broker is not None or self.private_dir is None:
             return self.broker
-        if not any(isinstance(v, Secret) for v in _values(options)):
+        if not options.holds_secret:
             return None
         return BrokerSecurity(private_dir=self.private_dir / "broker")
 
@@ -150,17 +150,42 @@ def _values(value: Any) -> list[Any]:
     return [value]
 
 
-def broker_start_options(scenario: Scenario, cell: Cell) -> dict[str, Any]:
-    """``StartRequest.options`` of ``cell``: its broker options with every secret option
-    read (a :class:`Secret`). ScenarioError naming the key when a secret is given in the
-    text (also one the target's definition declares) or cannot be read."""
+@dataclass(frozen=True)
+class BrokerStartOptions:
+    """What the runtime is asked to start a cell's broker with: the cell's
+    ``broker.options`` variant (without ``label``), ``broker.pid`` and the resources
+    profile (``scenario.matrix.broker_options``), every secret option read (a
+    :class:`Secret`).
+
+    The keys differ per runtime and broker, so ``values`` is the options document; it
+    becomes typed where its readers parse it, at the runtime's edge: the runtime's own keys
+    (``pid``, ``resources``, the docker keys) in the runtime, the rest as the broker's
+    ``<Broker>Options`` model (``brokers.runtime.options.parse_options``).
+    """
+
+    values: Mapping[str, Any]
+
+    @property
+    def holds_secret(self) -> bool:
+        """A :class:`Secret` is among the values (nested mappings and lists too)."""
+        return any(isinstance(v, Secret) for v in _values(self.values))
+
+    def request_options(self) -> dict[str, Any]:
+        """``StartRequest.options`` (and what ``check_options`` checks): a copy."""
+        return dict(self.values)
+
+
+def broker_start_options(scenario: Scenario, cell: Cell) -> BrokerStartOptions:
+    """The options ``cell``'s broker is started with, secret options read. ScenarioError
+    naming the key when a secret is given in the text (also one the target's definition
+    declares) or cannot be read."""
     declared = get_definition(cell.target).secret_options
     options = broker_options(scenario, cell)
     try:
         check_secret_options(options, "", declared)
     except ValueError as exc:
         raise ScenarioError(f"broker.options: {exc}") from None
-    return resolve_secret_options(options, "broker.options", declared)
+    return BrokerStartOptions(resolve_secret_options(options, "broker.options", declared))
 
 
 def _private_dir() -> Path:

@@ -27,7 +27,11 @@ from mqbench.scenario.security import (
     resolve_secret_options,
 )
 from mqbench.workload.preflight import preflight
-from mqbench.workload.security import broker_start_options, open_run_security
+from mqbench.workload.security import (
+    BrokerStartOptions,
+    broker_start_options,
+    open_run_security,
+)
 
 SECRET = "S3cret-value"
 
@@ -122,7 +126,7 @@ def test_an_option_a_broker_definition_declares_secret_is_refused_as_text(
     (cell,) = expand(by_env)
     monkeypatch.setenv("EXTRA", "requirepass x")
     options = broker_start_options(by_env, cell)
-    assert options["extra_config"].reveal() == "requirepass x"
+    assert options.values["extra_config"].reveal() == "requirepass x"
 
 
 def test_a_plain_run_with_a_secret_option_gets_a_private_folder_for_it(
@@ -137,7 +141,7 @@ def test_a_plain_run_with_a_secret_option_gets_a_private_folder_for_it(
         (cell,) = expand(loaded)
         broker = security.broker_for(broker_start_options(loaded, cell))
         assert broker is not None and not broker.auth and broker.tls is None
-        assert security.broker_for({"io_threads": 2}) is None
+        assert security.broker_for(BrokerStartOptions({"io_threads": 2})) is None
         assert security.describe() == {"tls": False, "auth": False}
     finally:
         private = security.private_dir

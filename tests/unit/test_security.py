@@ -146,7 +146,7 @@ def test_a_redis_password_option_is_refused_as_text_and_taken_from_the_environme
     (cell,) = expand(scenario)
     assert cell.id.endswith("-2") and "REDIS_PW" not in cell.id
     monkeypatch.setenv("REDIS_PW", SECRET)
-    options = broker_start_options(scenario, cell)
+    options = broker_start_options(scenario, cell).request_options()
     assert isinstance(options["password"], Secret) and "password_env" not in options
     assert options["password"].reveal() == SECRET
     shown = json.dumps(
