@@ -69,6 +69,7 @@ class ZenohPeerTransport:
                 keepalive_s=options.keepalive_s,
                 connect_timeout_s=options.connect_timeout_s,
                 on_event=options.on_event,
+                protocol=options.protocol,
                 extra=extra,
             ),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
@@ -135,6 +135,23 @@ class ClientSecurity:
 
 
 @dataclass(frozen=True)
+class ZenohSettings:
+    """The zenoh client settings a scenario chooses (its ``zenoh`` section)."""
+
+    shared_memory: bool = False
+    """Payloads through zenoh's shared memory where both ends are on this host."""
+
+    def params(self) -> dict[str, object]:
+        """How a cell's manifest ``params`` record them (prefixed with the protocol)."""
+        return {"zenoh_shared_memory": self.shared_memory}
+
+
+ProtocolSettings: TypeAlias = ZenohSettings
+"""The settings of one protocol's clients that a scenario chooses: one frozen type per
+protocol that has any (only zenoh today); a transport reads the type it knows."""
+
+
+@dataclass(frozen=True)
 class ClientOptions:
     """Per-client settings; a transport ignores what its protocol has no notion of.
 
@@ -148,8 +165,12 @@ class ClientOptions:
     keepalive_s: int = 60
     connect_timeout_s: float = 10.0
     on_event: EventHandler | None = None
+    protocol: ProtocolSettings | None = None
+    """The scenario's settings of this protocol's clients (what a run sets; None: none)."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Settings of one protocol's client, each named in its transport module's docstring."""
+    """Tuning keys of one protocol's client, each named in its transport module's
+    docstring, for code that drives a client directly (tests, benchmarks, calibration's
+    peers); a run sets none of them: what a scenario chooses is ``protocol``."""
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: ClientTls | None = None

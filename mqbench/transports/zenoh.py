@@ -42,8 +42,9 @@ zenoh guarantees on top of that is chosen with ``ClientOptions.extra``:
   turns it on by default, and then copies every payload above 3 KiB into a pool in
   ``/dev/shm`` and sends only a reference when the session at the other end of a link is on
   the same host: the router forwards references, not payloads. Off, every payload crosses
-  the router's sockets, the path every other broker is measured on (scenario key
-  ``zenoh.shared_memory``; docs/findings.md, experiment 1).
+  the router's sockets, the path every other broker is measured on (docs/findings.md,
+  experiment 1). A run sets it from the scenario key ``zenoh.shared_memory`` as
+  ``ClientOptions.protocol``, a ``ZenohSettings``, which wins over ``extra``.
 
 ``ClientOptions.tls`` connects to a ``tls/<host>:<port>`` locator, verifying the router
 with ``transport/link/tls/root_ca_certificate`` (and mTLS with a client certificate).
@@ -82,6 +83,7 @@ from mqbench.transports.base import (
     MessageHandler,
     Sender,
     TransportCapabilities,
+    ZenohSettings,
     require_qos,
 )
 from mqbench.transports.events import ClientEvent, Connected, Disconnected
@@ -118,6 +120,14 @@ CAPABILITIES = TransportCapabilities(
     auth="mqbench does not configure zenoh's user/password authentication (usrpwd)",
 )
 """What the zenoh client can do."""
+
+
+def _with_scenario(options: ClientOptions) -> dict[str, Any]:
+    """``options.extra`` with the scenario's zenoh settings (``options.protocol``) over it."""
+    settings = options.protocol
+    if isinstance(settings, ZenohSettings):
+        return {**options.extra, "shared_memory": settings.shared_memory}
+    return options.extra
 
 
 def _options(extra: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +205,7 @@ class ZenohClient:
         self._where = f"{endpoint.host}:{endpoint.port}"
         scheme = "tls" if options.tls is not None else "tcp"
         self._locator = f"{scheme}/{endpoint.host}:{endpoint.port}"
-        self._settings = _options(options.extra)
+        self._settings = _options(_with_scenario(options))
         self._session: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connected = False

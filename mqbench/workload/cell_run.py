@@ -41,6 +41,7 @@ from mqbench.records.manifest import Manifest
 from mqbench.records.timing import ReceiveStamp, TimingEntry
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Faults, Scenario
+from mqbench.transports.base import ProtocolSettings, ZenohSettings
 from mqbench.transports.registry import get_transport, resolve_client
 from mqbench.workload.capacity import pending_bound
 from mqbench.workload.cell_timing import RunTiming
@@ -148,13 +149,14 @@ class RunContext:
     """The run's real-time scheduling decisions, made per cell from its broker."""
 
 
-def protocol_params(scenario: Scenario, protocol: str) -> dict[str, object]:
-    """The scenario's protocol-specific client settings for a cell of ``protocol``: handed to
-    every client and recorded in the cell's manifest params with the protocol's prefix
-    (zenoh: ``shared_memory``, in params ``zenoh_shared_memory``)."""
+def protocol_params(scenario: Scenario, protocol: str) -> ProtocolSettings | None:
+    """The scenario's protocol-specific client settings for a cell of ``protocol`` (None:
+    the protocol has none): handed to every client and recorded in the cell's manifest
+    params with the protocol's prefix (zenoh: ``shared_memory``, in params
+    ``zenoh_shared_memory``)."""
     if protocol == "zenoh":
-        return {"shared_memory": scenario.zenoh.shared_memory}
-    return {}
+        return ZenohSettings(shared_memory=scenario.zenoh.shared_memory)
+    return None
 
 
 class CellRun:
@@ -299,7 +301,7 @@ class CellRun:
             layout=self.layout,
             max_pending_bytes=pending_bound(scenario, cell),
             receive_stamp=generator.receive_stamp,
-            client_extra=protocol_params(scenario, self.transport),
+            protocol_settings=protocol_params(scenario, self.transport),
             security=self.ctx.security.client,
             realtime=timing.settings,
             hot_path=self.hot_path.engine,
@@ -409,6 +411,7 @@ class CellRun:
         send_failures_expected = bool(by_design.get("publishers")) or (
             cell.churn is not None and cell.churn.who == "publishers"
         )
+        settings = protocol_params(scenario, self.transport)
         params = {
             **cell.params(),
             "protocol": self.transport,
@@ -419,10 +422,7 @@ class CellRun:
             ),
             "layout": self.layout,
             "faults": faults.type if faults else None,
-            **{
-                f"{self.transport}_{key}": value
-                for key, value in protocol_params(scenario, self.transport).items()
-            },
+            **(settings.params() if settings is not None else {}),
         }
         return CellEntry(
             id=cell.id,

@@ -147,7 +147,7 @@ class ClientPool:
             clean_session=not persistent,
             connect_timeout_s=self.plan.connect_timeout_s,
             on_event=on_event,
-            extra=dict(self.plan.client_extra),
+            protocol=self.plan.protocol_settings,
             max_pending_bytes=self.plan.max_pending_bytes,
             receive_stamp=self.plan.receive_stamp,
             username=security.username if security is not None else None,

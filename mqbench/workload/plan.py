@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mqbench.errors import ScenarioError
 from mqbench.records.hot_path import HotPathEngine
 from mqbench.records.timing import ReceiveStamp
 from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Generator
-from mqbench.transports.base import ClientSecurity
+from mqbench.transports.base import ClientSecurity, ProtocolSettings
 from mqbench.workload.realtime import RealtimeSettings
 from mqbench.workload.topology import PubSpec, SubSpec, Topology
 
@@ -70,9 +70,9 @@ class WorkerPlan:
     """Bytes each connection may queue for its socket (``ClientOptions.max_pending_bytes``)."""
     receive_stamp: ReceiveStamp = "user"
     """How receives are stamped (``generator.receive_stamp``)."""
-    client_extra: dict[str, object] = field(default_factory=dict)
-    """The protocol's own client settings (``ClientOptions.extra``, named in its transport
-    module; ``workload.cell_run.protocol_params``)."""
+    protocol_settings: ProtocolSettings | None = None
+    """The scenario's settings of the protocol's clients (``ClientOptions.protocol``;
+    ``workload.cell_run.protocol_params``)."""
     proxy_port: int = 0
     """Port of the fault proxy on ``host`` (0: no faults)."""
     proxied_subs: frozenset[int] = frozenset()
@@ -216,7 +216,7 @@ def build_worker_plans(
     layout: str = "shared",
     max_pending_bytes: int | None = None,
     receive_stamp: ReceiveStamp = "user",
-    client_extra: dict[str, object] | None = None,
+    protocol_settings: ProtocolSettings | None = None,
     security: ClientSecurity | None = None,
     realtime: RealtimeSettings | None = None,
     hot_path: HotPathEngine = "python",
@@ -283,7 +283,7 @@ def build_worker_plans(
                 reconnect_max_s=reconnect_max_s,
                 max_pending_bytes=max_pending_bytes,
                 receive_stamp=receive_stamp,
-                client_extra=dict(client_extra or {}),
+                protocol_settings=protocol_settings,
                 security=security,
                 realtime=realtime,
                 hot_path=hot_path,

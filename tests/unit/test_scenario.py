@@ -190,15 +190,17 @@ def test_every_paper_scenario_says_in_one_line_what_to_change_and_that_change_fi
 
 
 def test_zenoh_shared_memory_is_off_unless_the_scenario_turns_it_on(tmp_path: Path) -> None:
+    from mqbench.transports.base import ZenohSettings
     from mqbench.workload.cell_run import protocol_params
 
     path = write(tmp_path, "name: z\ntargets: [zenoh, nats]\n")
     plain, _ = load_scenario(path)
     assert plain.zenoh.shared_memory is False
-    assert protocol_params(plain, "zenoh") == {"shared_memory": False}
-    assert protocol_params(plain, "nats") == {}
+    assert protocol_params(plain, "zenoh") == ZenohSettings(shared_memory=False)
+    assert protocol_params(plain, "nats") is None
     on, _ = load_scenario(path, ["zenoh.shared_memory=true"])
-    assert protocol_params(on, "zenoh") == {"shared_memory": True}
+    assert protocol_params(on, "zenoh") == ZenohSettings(shared_memory=True)
+    assert ZenohSettings(shared_memory=True).params() == {"zenoh_shared_memory": True}
     with pytest.raises(ScenarioError, match=r"zenoh\.shm"):
         load_scenario(write(tmp_path, "name: z\ntargets: [zenoh]\nzenoh: {shm: true}\n"))
 
