@@ -112,5 +112,6 @@ def analyze_cell_numpy(
 
     ``cell`` may be the entry's stored JSON form (as a test or script reads it from
     ``manifest.json``); it is read into a ``CellEntry`` here, at the edge."""
-    plan = plan_cell(manifest_cell(cell), folder, approx_bits)
+    entry = cell if isinstance(cell, CellEntry) else manifest_cell(cell)
+    plan = plan_cell(entry, folder, approx_bits)
     return build_summary(plan, aggregate_cell_numpy(plan))

@@ -20,7 +20,6 @@ from mqbench.records.cell_entry import (
     CellEntry,
     CellEntryError,
     GeneratorVerdict,
-    as_cell_entry,
 )
 from mqbench.records.cell_params import CellParams, CellParamsError
 from mqbench.records.events import Event, EventKind, read_events
@@ -60,7 +59,8 @@ class CellPlan:
     index: int
     repeat: int
     status: str
-    params: dict[str, Any]
+    params: CellParams
+    """The cell's ``params`` as the manifest stores them, read by name."""
     folder: Path
     start_ns: int
     rate: float
@@ -248,12 +248,13 @@ def window_from_events(
     return start, max(start, end)
 
 
-def manifest_cell(cell: CellEntry | Mapping[str, Any]) -> CellEntry:
-    """A manifest cell entry read through ``records`` (AnalysisError when malformed): the
-    edge where a cell's stored JSON form (a manifest read by other means, an older
-    caller) becomes a ``CellEntry``; past it the analysis passes ``CellEntry`` only."""
+def manifest_cell(stored: Mapping[str, Any]) -> CellEntry:
+    """A cell entry's stored JSON form (``manifest.json`` read by other means than
+    ``read_run_manifest``) read through ``records`` (AnalysisError when malformed): the
+    one edge where it becomes a ``CellEntry``; past it the analysis passes ``CellEntry``
+    only."""
     try:
-        return as_cell_entry(cell)
+        return CellEntry.from_dict(stored)
     except CellEntryError as exc:
         raise AnalysisError(str(exc)) from None
 
@@ -315,7 +316,7 @@ def plan_cell(entry: CellEntry, folder: Path, approx_bits: int | None = None) ->
         index=entry.index,
         repeat=entry.repeat,
         status=entry.status,
-        params=dict(entry.params),
+        params=entry.cell_params,
         folder=folder,
         start_ns=start_ns,
         rate=rate,

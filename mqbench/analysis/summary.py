@@ -338,7 +338,7 @@ def build_summary(plan: CellPlan, agg: CellAggregate) -> CellSummary:
         index=plan.index,
         repeat=plan.repeat,
         status=plan.status,
-        params=plan.params,
+        params=dict(plan.params.data),
         window_start_ns=plan.win_start,
         window_end_ns=plan.win_end,
         window_s=window_s,

@@ -406,11 +406,6 @@ class CellEntry:
         )
 
 
-def as_cell_entry(cell: CellEntry | Mapping[str, Any]) -> CellEntry:
-    """``cell`` itself, or read from its manifest form."""
-    return cell if isinstance(cell, CellEntry) else CellEntry.from_dict(cell)
-
-
 def cell_entries(manifest: Mapping[str, Any]) -> list[CellEntry]:
     """Every cell entry of a manifest that was read and version-checked (``read_manifest``)."""
     version = manifest.get("schema_version")
