@@ -75,8 +75,10 @@ class CellRecorder:
         """The cell begins (status ``running``, its parameters and routes)."""
         self.manifest.add_cell(entry)
 
-    def broker_started(self, info: dict[str, object]) -> None:
-        """What the runtime says about the broker it started."""
+    def broker_started(self, broker: RunningBroker) -> None:
+        """What the runtime says about the broker it started (its ``BrokerInfo``, in the
+        entry's stored form)."""
+        info = broker.info.to_dict()
         self._update(lambda c: replace(c, broker=info))
 
     def timing(self, timing: TimingEntry) -> None:
@@ -234,9 +236,8 @@ class CellRun:
                 security=self.ctx.security.broker_for(options),
             )
         )
-        info = broker.info.to_dict()
-        events.write(EventKind.BROKER_STARTED, **info)
-        self.record.broker_started(info)
+        events.write(EventKind.BROKER_STARTED, **broker.info.to_dict())
+        self.record.broker_started(broker)
         if isinstance(broker, WatchesExit):
             broker.watch_exit(self._on_broker_exit)
         if broker.pids:
