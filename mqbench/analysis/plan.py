@@ -282,31 +282,11 @@ def plan_cell(entry: CellEntry, folder: Path, approx_bits: int | None = None) ->
         checks, shortfalls = _record_checks(folder, entry)
     except CellParamsError as exc:
         raise AnalysisError(str(exc)) from None
-    clipped = False
-    if entry.status == "interrupted":
-        stop = _stop_time(read_events(folder), checks)
-        if stop is not None:
-            clip = stop - drain_ns
-            if clip < win_end:
-                win_end = max(win_start, clip)
-                clipped = True
-    # A writer that never closed its file may have lost what it held after its last
-    # checkpoint: keep only messages that had the drain time to arrive before it.
-    clipped_for_records = False
-    unclosed = [
-        c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns and not c.absent
-    ]
-    if unclosed:
-        clip = min(unclosed) - drain_ns
-        if clip < win_end:
-            win_end = max(win_start, clip)
-            clipped = clipped_for_records = True
+    win_end, clipped, clipped_for_records = _clipped_end(
+        entry, folder, checks, drain_ns, (win_start, win_end)
+    )
     routes = _routes(entry, n)
-    fanout = np.zeros(n, dtype=np.int64)
-    offsets = np.zeros((len(routes), n), dtype=np.int64)
-    for r, (kind, a, b, c, d) in enumerate(routes):
-        offsets[r, a:b] = fanout[a:b]
-        fanout[a:b] += 1 if kind == "pairs" else d - c
+    fanout, offsets = _route_offsets(routes, n)
     f_max = int(fanout.max()) if n else 0
     k_lo = _first_slot_at_or_after(start_ns, rate, n, win_start)
     k_hi = max(k_lo, _first_slot_at_or_after(start_ns, rate, n, win_end))
@@ -349,6 +329,51 @@ def plan_cell(entry: CellEntry, folder: Path, approx_bits: int | None = None) ->
         error=entry.error,
         planned_s=planned_s,
     )
+
+
+def _clipped_end(
+    entry: CellEntry,
+    folder: Path,
+    checks: list[RecordFileCheck],
+    drain_ns: int,
+    window: tuple[int, int],
+) -> tuple[int, bool, bool]:
+    """The window's end after clipping, whether it was clipped, and whether for records.
+
+    An interrupted cell ends where its publishers stopped, less the drain. A writer that
+    never closed its file may have lost what it held after its last checkpoint: keep only
+    messages that had the drain time to arrive before it."""
+    win_start, win_end = window
+    clipped = False
+    if entry.status == "interrupted":
+        stop = _stop_time(read_events(folder), checks)
+        if stop is not None:
+            clip = stop - drain_ns
+            if clip < win_end:
+                win_end = max(win_start, clip)
+                clipped = True
+    clipped_for_records = False
+    unclosed = [
+        c.checkpoint_ns for c in checks if c.closed is False and c.checkpoint_ns and not c.absent
+    ]
+    if unclosed:
+        clip = min(unclosed) - drain_ns
+        if clip < win_end:
+            win_end = max(win_start, clip)
+            clipped = clipped_for_records = True
+    return win_end, clipped, clipped_for_records
+
+
+def _route_offsets(
+    routes: list[tuple[str, int, int, int, int]], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Routed subscribers of each publisher, and each route's slot offset per publisher."""
+    fanout = np.zeros(n, dtype=np.int64)
+    offsets = np.zeros((len(routes), n), dtype=np.int64)
+    for r, (kind, a, b, c, d) in enumerate(routes):
+        offsets[r, a:b] = fanout[a:b]
+        fanout[a:b] += 1 if kind == "pairs" else d - c
+    return fanout, offsets
 
 
 def _window(entry: CellEntry, folder: Path, start_ns: int) -> tuple[int, int]:
