@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from mqbench import __version__
+from mqbench.records.calibration_entry import CalibrationEntry
 from mqbench.records.cell_entry import CellEntry
 from mqbench.records.results import MANIFEST, write_json_atomic
 from mqbench.records.run_manifest import RunManifest, RunnerProcess, RunStatus, utc_now
@@ -74,10 +75,14 @@ class Manifest:
         scenario: dict[str, Any],
         scenario_file: str,
         argv: list[str],
-        **header: Any,
+        *,
+        scenario_input: Mapping[str, Any] | None = None,
+        security: Mapping[str, Any] | None = None,
+        calibration: CalibrationEntry | None = None,
     ) -> None:
-        """Start a ``running`` manifest; ``header`` sets further :class:`RunManifest`
-        fields (``scenario_input``, ``security``, ``calibration``)."""
+        """Start a ``running`` manifest: the resolved scenario, where it came from and as
+        it was written (``scenario_input``), the security facts and the calibration check,
+        each already in its stored form or record (secrets redacted by the caller)."""
         self.path = result_dir / MANIFEST
         self._lock = threading.RLock()
         self._run = RunManifest(
@@ -89,7 +94,9 @@ class Manifest:
             scenario_file=scenario_file,
             scenario=scenario,
             runner=RunnerProcess.current(),
-            **header,
+            scenario_input=scenario_input,
+            security=security,
+            calibration=calibration,
         )
 
     @property
