@@ -219,3 +219,17 @@ def test_the_scenario_as_given_is_a_private_copy_stored_with_its_secrets_redacte
     document["broker"]["extra"]["api_token"] = "changed"
     assert given.document == {"broker": {"extra": {"api_token": "t0ps3cret"}}}
     assert "t0ps3cret" not in repr(given.stored_input())
+
+
+def test_a_runs_zenoh_settings_reach_the_client_and_win_over_its_extra_keys() -> None:
+    from mqbench.endpoint import Endpoint
+    from mqbench.transports.base import ClientOptions, ZenohSettings
+    from mqbench.transports.zenoh import ZenohTransport
+
+    where = Endpoint("127.0.0.1", 7447)
+    chosen = ClientOptions(
+        "z", protocol=ZenohSettings(shared_memory=True), extra={"shared_memory": False}
+    )
+    assert ZenohTransport().create_client(where, chosen).settings["shared_memory"] is True
+    plain = ZenohTransport().create_client(where, ClientOptions("z", extra={"express": True}))
+    assert plain.settings["shared_memory"] is False and plain.settings["express"] is True
