@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--duration", default="5s")
     parser.add_argument("--ceiling", action="store_true", help="saturation search instead")
     parser.add_argument("--ceiling-rates", default="4000,6000,9000,13500,20000,30000,45000,67500")
-    parser.add_argument("--ceiling-loss", type=float, default=0.1, help="% lost to stop at")
+    parser.add_argument("--ceiling-loss", type=float, default=0.1, help="%% lost to stop at")
     parser.add_argument("--ceiling-p99-ms", type=float, default=50.0)
     args = parser.parse_args()
     rows = []
