@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Literal, cast, get_args
+from typing import Any, Final, Literal, TypeVar, cast, get_args
 
 from mqbench.errors import ResultsError
 from mqbench.process.lifeline import start_time
@@ -268,8 +268,8 @@ class RunManifest:
             scenario=_mapping(data, "scenario") or {},
             scenario_input=_mapping(data, "scenario_input"),
             security=_mapping(data, "security"),
-            calibration=_calibration(data),
-            search=_search(data),
+            calibration=_entry(data, "calibration", CalibrationEntry.from_dict),
+            search=_entry(data, "search", SearchReport.from_dict),
             runner=None if runner is None else RunnerProcess.from_dict(runner),
             recovered=None
             if recovered is None
@@ -295,24 +295,18 @@ def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     return value
 
 
-def _calibration(data: Mapping[str, Any]) -> CalibrationEntry | None:
-    value = _mapping(data, "calibration")
+_T = TypeVar("_T")
+
+
+def _entry(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any]], _T]) -> _T | None:
+    """The typed record stored under ``key`` (None: absent); ValueError naming a missing key."""
+    value = _mapping(data, key)
     if value is None:
         return None
     try:
-        return CalibrationEntry.from_dict(value)
+        return read(value)
     except KeyError as exc:
-        raise ValueError(f"calibration lacks {exc}") from None
-
-
-def _search(data: Mapping[str, Any]) -> SearchReport | None:
-    value = _mapping(data, "search")
-    if value is None:
-        return None
-    try:
-        return SearchReport.from_dict(value)
-    except KeyError as exc:
-        raise ValueError(f"search lacks {exc}") from None
+        raise ValueError(f"{key} lacks {exc}") from None
 
 
 def read_run_manifest(result_dir: Path) -> RunManifest:
