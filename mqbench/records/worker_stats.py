@@ -83,6 +83,10 @@ class WorkerStats:
     PUBREL (the broker reused it; ``ClientStats``)."""
     qos2_redelivered: int = _f(0, "sum")
     """Inbound QoS 2 messages the broker sent again after releasing them (delivered twice)."""
+    duplicate_deliveries: int = _f(0, "sum")
+    """Deliveries of a message the subscriber had received before (a broker's second
+    delivery, any QoS): in the records and in ``received``, not new arrivals for the drain
+    (0 in older manifests and on the compiled core, which receives QoS 0 only)."""
     unmatched_deliveries: int = _f(0, "sum")
     """Deliveries a client received that matched none of its subscriptions: dropped by the
     client, so never in the records (``ClientStats.unrouted``; 0 in older manifests)."""

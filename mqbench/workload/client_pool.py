@@ -22,6 +22,7 @@ from mqbench.records.format import HEADER
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, ClientOptions, MessageHandler, Transport
 from mqbench.transports.events import ClientEvent, Disconnected, Subscribed
+from mqbench.workload.first_deliveries import FirstDeliveries
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.topology import PubSpec, SubSpec
 
@@ -60,6 +61,10 @@ class ClientPool:
         self.first_connect_error: str | None = None
         self.connected_ns = 0
         self.qos_downgraded = 0
+        self.duplicate_deliveries = 0
+        """Deliveries of a message this subscriber had received before (recorded too)."""
+        self._first_deliveries: dict[int, FirstDeliveries] = {}
+        """By subscriber index: kept across reconnects, where second deliveries happen."""
         self.granted_qos_min: int | None = None
         self.outage_total_s = 0.0
         self.outage_max_s = 0.0
@@ -167,10 +172,13 @@ class ClientPool:
     def _delivery_handler(self, sub: int) -> MessageHandler:
         unpack = HEADER.unpack_from
         append = self._record_delivery
+        first = self._first_deliveries.setdefault(sub, FirstDeliveries()).first
 
         def on_message(payload: memoryview | bytes, t_recv: int) -> None:
             pub, seq, t_sent, _ = unpack(payload)
             append(t_sent, t_recv, pub, sub, seq)
+            if not first(pub, seq):
+                self.duplicate_deliveries += 1
 
         return on_message
 

@@ -192,6 +192,7 @@ class WorkerReport:
             publish_qos2_acked_as_qos1=clients.puback,
             qos2_id_reused=clients.reused,
             qos2_redelivered=clients.redelivered,
+            duplicate_deliveries=pool.duplicate_deliveries,
             unmatched_deliveries=clients.unmatched,
             granted_qos_min=pool.granted_qos_min,
             outage_total_s=round(pool.outage_total_s, 6),
