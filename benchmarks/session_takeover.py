@@ -17,9 +17,24 @@ proxy closes it before the CONNACK. Per trial, against a broker mqbench starts n
 
 A trial that receives fewer than 20 prints which arrived: ``[0, 2, 4, ...]`` means the
 messages were dealt round robin to the resumed session and one more consumer that no
-connection reads.
+connection reads. ``--interleave`` alternates the QoS levels trial by trial (QoS 1, QoS 2,
+QoS 1, ...) so that both meet the same broker state (JIT, leftovers of earlier trials);
+without it all QoS 1 trials run first.
+
+``--inspect`` (Artemis only) shows what the broker holds once the session is back and
+before anything is published: it starts Artemis with JMX management on and the MQTT
+package's debug log, and per trial lists the consumers on the trial's subscription queue
+as Artemis's management view gives them (``benchmarks/ArtemisInspect.java``: remote
+address -> which of the trial's connections, status ``OK``/``Orphaned``, creation time
+against that connection's close), counts the broker's live ``ServerConsumerImpl``,
+``ServerSessionImpl``, ``MQTTSession`` and ``MQTTConnection`` objects (``jcmd <pid>
+GC.class_histogram``, cumulative over the run), and prints the broker's link-stealing log
+lines for the trial's client id. It needs a JDK (``javac``, ``jcmd``) and adds ~2-5 s per
+trial; the timing it perturbs is the race itself, so count losses without it.
 
     .venv/bin/python benchmarks/session_takeover.py --target artemis --trials 10
+    .venv/bin/python benchmarks/session_takeover.py --target artemis --trials 40 --interleave
+    .venv/bin/python benchmarks/session_takeover.py --target artemis --qos 1 --trials 20 --inspect
     .venv/bin/python benchmarks/session_takeover.py --target mosquitto --target hivemq
     .venv/bin/python benchmarks/session_takeover.py --target artemis \\
         --options '{"acceptor_params": "allowLinkStealing=false"}'
@@ -29,15 +44,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from _artemis_inspect import (
+    INSPECT_JVM_OPTIONS,
+    Inspection,
+    Inspector,
+    epoch_ms,
+    link_stealing,
+    port_of,
+)
 from _raw_mqtt import Conn
 
-from mqbench.brokers.base import StartRequest
+from mqbench.brokers.base import RunningBroker, StartRequest
 from mqbench.brokers.runtime.native import NativeRuntime
 from mqbench.wire.mqtt.packets import (
     Connack,
@@ -53,6 +80,8 @@ from mqbench.wire.mqtt.packets import (
 
 MESSAGES = 20
 TOPIC = "takeover/t"
+SETTLE_S = 0.3
+"""Before an inspection: time for the broker to finish CONNECTs still queued."""
 
 
 @dataclass
@@ -62,29 +91,43 @@ class Trial:
     received: list[int]
     session_present: bool | None
     dropped: list[str] = field(default_factory=list)
+    roles: dict[int, str] = field(default_factory=dict)
+    """Each of the trial's connections by its local port: ``first``, ``flap 1``..., ``resume``."""
+    closed_at: dict[int, float] = field(default_factory=dict)
+    """When the trial closed each connection (epoch seconds), by local port."""
+    inspection: Inspection | None = None
 
 
-def resume(port: int, cid: str, qos: int, resubscribe: bool, dropped: list[str]) -> Conn | None:
+def resume(port: int, cid: str, qos: int, resubscribe: bool, t: Trial, role: str) -> Conn | None:
     """Connect with the persistent session, as a client that retries dropped connections."""
-    for _ in range(100):
+    for attempt in range(100):
         conn = Conn(port)
+        local = conn.sock.getsockname()[1]
+        t.roles[local] = role if attempt == 0 else f"{role} retry {attempt}"
         conn.send(Connect(cid, clean_session=False))
         ack = conn.next()
         if not isinstance(ack, Connack) or ack.return_code:
-            dropped.append(
+            t.dropped.append(
                 "no CONNACK" if ack is None else f"CONNACK {getattr(ack, 'return_code', '?')}"
             )
-            conn.close()
+            close(conn, t)
             time.sleep(0.05)
             continue
         if resubscribe or not ack.session_present:
             conn.send(Subscribe(1, ((TOPIC, qos),)))
             if not isinstance(conn.next(), Suback):
-                dropped.append("no SUBACK")
-                conn.close()
+                t.dropped.append("no SUBACK")
+                close(conn, t)
                 continue
         return conn
     return None
+
+
+def close(conn: Conn, t: Trial) -> None:
+    """Close ``conn`` and note when."""
+    local = conn.sock.getsockname()[1]
+    conn.close()
+    t.closed_at[local] = time.time()
 
 
 def publish(port: int, cid: str, qos: int) -> None:
@@ -113,59 +156,145 @@ def collect(conn: Conn, qos: int) -> list[int]:
     return got
 
 
-def trial(port: int, cid: str, qos: int, flaps: int, gap: float, resubscribe: bool) -> Trial:
-    """One trial (module docstring, steps 1-4)."""
-    dropped: list[str] = []
-    first = resume(port, cid, qos, True, dropped)
-    if first is None:
-        return Trial([], None, dropped)
-    first.close()
-    time.sleep(0.3)
-    for _ in range(flaps):
-        flap = Conn(port)
-        flap.send(Connect(cid, clean_session=False))
-        flap.close()
+def flap(port: int, cid: str, flaps: int, t: Trial) -> None:
+    """``flaps`` connections that each send a CONNECT with ``cid`` and close at once."""
+    for k in range(flaps):
+        conn = Conn(port)
+        t.roles[conn.sock.getsockname()[1]] = f"flap {k + 1}"
+        conn.send(Connect(cid, clean_session=False))
+        close(conn, t)
         time.sleep(0.01)
-    time.sleep(gap)
-    conn = resume(port, cid, qos, resubscribe, dropped)
+
+
+def trial(
+    port: int, cid: str, qos: int, args: argparse.Namespace, inspector: Inspector | None
+) -> Trial:
+    """One trial (module docstring, steps 1-4); with ``inspector``, a look in between."""
+    t = Trial([], None)
+    first = resume(port, cid, qos, True, t, "first")
+    if first is None:
+        return t
+    close(first, t)
+    time.sleep(0.3)
+    flap(port, cid, args.flaps, t)
+    time.sleep(args.gap)
+    conn = resume(port, cid, qos, args.resubscribe, t, "resume")
     if conn is None:
-        return Trial([], None, dropped)
+        return t
+    if inspector is not None:
+        time.sleep(SETTLE_S)
+        t.inspection = inspector.snapshot(queue_of(cid))
     publish(port, cid, qos)
-    got = collect(conn, qos)
+    t.received = collect(conn, qos)
+    t.session_present = True
     conn.close()
-    return Trial(got, True, dropped)
+    return t
+
+
+def queue_of(cid: str) -> str:
+    """Artemis's subscription queue of ``cid`` for ``TOPIC`` (client id + '.' + address)."""
+    return f"{cid}.{TOPIC.replace('/', '.')}"
+
+
+@contextmanager
+def started(target: str, args: argparse.Namespace) -> Iterator[tuple[RunningBroker, Path]]:
+    """``target`` started natively in a temporary directory (also returned: the broker's log
+    is ``<dir>/<target>.log``); stopped, by PID, on exit.
+
+    With ``--inspect`` the JVM gets ``INSPECT_JVM_OPTIONS`` (JMX management on, MQTT debug
+    log) through ``JAVA_TOOL_OPTIONS``, set for the start only."""
+    saved = os.environ.get("JAVA_TOOL_OPTIONS")
+    with tempfile.TemporaryDirectory(prefix="mqbench-takeover-") as tmp:
+        if args.inspect:
+            os.environ["JAVA_TOOL_OPTIONS"] = INSPECT_JVM_OPTIONS
+        try:
+            broker = NativeRuntime().start(
+                StartRequest(
+                    target=target,
+                    workdir=Path(tmp),
+                    port=None,
+                    options=json.loads(args.options),
+                    startup_timeout_s=120,
+                )
+            )
+        finally:
+            if saved is None:
+                os.environ.pop("JAVA_TOOL_OPTIONS", None)
+            else:
+                os.environ["JAVA_TOOL_OPTIONS"] = saved
+        try:
+            yield broker, Path(tmp)
+        finally:
+            broker.stop()
+
+
+def schedule(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(QoS, trial number) in the order they run."""
+    if args.interleave:
+        return [(qos, k) for k in range(args.trials) for qos in args.qos]
+    return [(qos, k) for qos in args.qos for k in range(args.trials)]
 
 
 def run_target(target: str, args: argparse.Namespace) -> None:
     """Start ``target`` natively, run the trials, print one line per QoS."""
-    runtime = NativeRuntime()
-    with tempfile.TemporaryDirectory(prefix="mqbench-takeover-") as tmp:
-        broker = runtime.start(
-            StartRequest(
-                target=target,
-                workdir=Path(tmp),
-                port=None,
-                options=json.loads(args.options),
-                startup_timeout_s=120,
-            )
-        )
-        try:
-            for qos in args.qos:
-                lossy = 0
-                for k in range(args.trials):
-                    cid = f"takeover-{qos}-{k}"
-                    t = trial(
-                        broker.endpoint.port, cid, qos, args.flaps, args.gap, args.resubscribe
-                    )
-                    if len(set(t.received)) < MESSAGES:
-                        lossy += 1
-                        none = "" if t.session_present else f" (no session: {t.dropped})"
-                        print(f"  {target} QoS {qos} trial {k}: got {sorted(t.received)}{none}")
-                print(
-                    f"{target} QoS {qos}: {lossy} of {args.trials} trials lost messages", flush=True
-                )
-        finally:
-            broker.stop()
+    with started(target, args) as (broker, workdir), tempfile.TemporaryDirectory() as scratch:
+        inspector = Inspector(broker.pids[0], Path(scratch)) if args.inspect else None
+        lossy = dict.fromkeys(args.qos, 0)
+        tally: dict[tuple[int, bool], int] = {}
+        for qos, k in schedule(args):
+            cid = f"takeover-{qos}-{k}"
+            t = trial(broker.endpoint.port, cid, qos, args, inspector)
+            lost = len(set(t.received)) < MESSAGES
+            lossy[qos] += lost
+            if lost:
+                none = "" if t.session_present else f" (no session: {t.dropped})"
+                print(f"  {target} QoS {qos} trial {k}: got {sorted(t.received)}{none}")
+            if t.inspection is not None:
+                held = len(t.inspection.consumers)
+                tally[held, lost] = tally.get((held, lost), 0) + 1
+                show_inspection(t, t.inspection, cid, lost, workdir / f"{target}.log")
+        for qos in args.qos:
+            print(f"{target} QoS {qos}: {lossy[qos]} of {args.trials} trials lost messages")
+        for (held, lost), n in sorted(tally.items()):
+            verdict = "lost messages" if lost else "lost nothing"
+            print(f"{target} inspected: {n} trial(s) with {held} consumer(s) {verdict}")
+
+
+def show_inspection(t: Trial, seen: Inspection, cid: str, lost: bool, log: Path) -> None:
+    """Print what the broker held after the resume: each consumer on the trial's queue,
+    the live-object counts, and (for a trial with another consumer, or a loss) the
+    link-stealing lines of the broker's log."""
+    held = len(seen.consumers)
+    print(f"    {cid}: {held} consumer(s) on {queue_of(cid)} before publishing")
+    for row in seen.consumers:
+        print(f"      {describe(row, t, seen.connections)}")
+    live = ", ".join(f"{name} {n}" for name, n in seen.live.items())
+    print(f"      live in the broker: {live}")
+    for error in seen.errors:
+        print(f"      inspection error: {error}")
+    if held > 1 or lost:
+        for what, earlier, new in link_stealing(log, cid):
+            print(f"      log {what} {role(t, earlier)} for {role(t, new)}")
+
+
+def describe(row: dict[str, Any], t: Trial, held: set[str]) -> str:
+    """One consumer: whose connection, its status, its creation against that close."""
+    address = row.get("remoteAddress")
+    port = port_of(address)
+    text = f"consumer {row.get('id')} of {role(t, port)} ({address}), status {row.get('status')}"
+    text += ", connection held" if str(address) in held else ", connection not held"
+    created = epoch_ms(row.get("creationTime"))
+    closed = t.closed_at.get(port) if port is not None else None
+    if created is not None and closed is not None:
+        text += f", created {created - closed * 1000:+.0f} ms after the client closed it"
+    elif created is None:
+        text += f", created {row.get('creationTime')}"
+    return text
+
+
+def role(t: Trial, port: int | None) -> str:
+    """Which of the trial's connections had local port ``port``."""
+    return t.roles.get(port, f"port {port}") if port is not None else "?"
 
 
 def main() -> None:
@@ -176,9 +305,17 @@ def main() -> None:
     parser.add_argument("--flaps", type=int, default=4)
     parser.add_argument("--gap", type=float, default=0.0)
     parser.add_argument("--no-resubscribe", dest="resubscribe", action="store_false")
+    parser.add_argument("--interleave", action="store_true", help="alternate QoS per trial")
+    parser.add_argument(
+        "--inspect", action="store_true", help="Artemis: list its consumers after the resume"
+    )
     parser.add_argument("--options", default="{}", help="broker options as JSON")
     args = parser.parse_args()
     args.qos = args.qos or [1, 2]
+    if args.inspect and set(args.target) != {"artemis"}:
+        parser.error("--inspect looks into Artemis only: use it with --target artemis")
+    if not 1 <= args.trials <= 200 or not 0 <= args.flaps <= 50:
+        parser.error("--trials must be 1-200 and --flaps 0-50")
     for target in args.target:
         run_target(target, args)
 
