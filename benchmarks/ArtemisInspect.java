@@ -5,7 +5,7 @@
 //   javac -d <dir> benchmarks/ArtemisInspect.java && java -cp <dir> ArtemisInspect <pid>
 //
 // Attaches to the broker's JVM (same user), starts its local JMX agent and calls the broker
-// MBean's listConsumers, listSessions and listConnections (options "{}", page 1 of 1000).
+// MBean's listConsumers, listSessions and listConnections (no filter, page 1 of 1000).
 // The broker must run with JMX management on (mqbench's broker.xml has it off;
 // session_takeover.py --inspect turns it on). Prints one JSON object on one line:
 //   {"consumers": <view>, "sessions": <view>, "connections": <view>, "errors": [...]}
@@ -25,6 +25,9 @@ import javax.management.remote.JMXServiceURL;
 public class ArtemisInspect {
     static final String[] VIEWS = {"listConsumers", "listSessions", "listConnections"};
     static final String[] KEYS = {"consumers", "sessions", "connections"};
+    // No filter; the views read every key (a missing one is a NullPointerException).
+    static final String OPTIONS = "{\"field\": \"\", \"operation\": \"\", \"value\": \"\","
+            + " \"sortOrder\": \"asc\", \"sortColumn\": \"id\", \"sortField\": \"id\"}";
 
     public static void main(String[] args) throws Exception {
         if (args.length != 1) {
@@ -52,7 +55,7 @@ public class ArtemisInspect {
             for (int i = 0; i < VIEWS.length; i++) {
                 String view;
                 try {
-                    view = (String) server.invoke(broker, VIEWS[i], new Object[] {"{}", 1, 1000},
+                    view = (String) server.invoke(broker, VIEWS[i], new Object[] {OPTIONS, 1, 1000},
                             new String[] {"java.lang.String", "int", "int"});
                 } catch (Exception e) {
                     view = "null";

@@ -12,9 +12,12 @@ Two sources, both outside the broker's MQTT port:
 - ``jcmd <pid> GC.class_histogram``: live instances (after a full GC) of the classes that
   make up an MQTT client on the broker.
 
-JMX management is off in mqbench's ``broker.xml``; ``INSPECT_JVM_OPTIONS`` turns it on
-through Artemis's ``brokerconfig.`` system-property override (and the MQTT package's debug
-log on, for the link-stealing lines), so the same ``broker.xml`` runs otherwise.
+JMX management is off in mqbench's ``broker.xml`` and Artemis 2.55.0 embedded ignores a
+``-Dbrokerconfig.jmxManagementEnabled=true`` override (tried: no MBean registered), so
+``jmx_on()`` has mqbench write ``<jmx-management-enabled>true`` instead of ``false`` while
+a broker starts; the rest of ``broker.xml`` is unchanged. ``INSPECT_JVM_OPTIONS`` (given
+through ``JAVA_TOOL_OPTIONS``) turns the MQTT package's debug log on, for the
+link-stealing lines.
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqbench.brokers.definitions import artemis
 from mqbench.brokers.java.maven import find_tool
 
 SOURCE = Path(__file__).with_name("ArtemisInspect.java")
 INSPECT_JVM_OPTIONS = (
-    "-Dbrokerconfig.jmxManagementEnabled=true"
-    " -Dorg.slf4j.simpleLogger.log.org.apache.activemq.artemis.core.protocol.mqtt=debug"
+    "-Dorg.slf4j.simpleLogger.log.org.apache.activemq.artemis.core.protocol.mqtt=debug"
 )
+JMX_OFF = "<jmx-management-enabled>false</jmx-management-enabled>"
+JMX_ON = "<jmx-management-enabled>true</jmx-management-enabled>"
 LIVE_CLASSES = {
     "org.apache.activemq.artemis.core.server.impl.ServerConsumerImpl": "ServerConsumerImpl",
     "org.apache.activemq.artemis.core.server.impl.ServerSessionImpl": "ServerSessionImpl",
@@ -40,6 +47,24 @@ LIVE_CLASSES = {
     "org.apache.activemq.artemis.core.protocol.mqtt.MQTTConnection": "MQTTConnection",
 }
 TIMEOUT_S = 60
+
+
+@contextmanager
+def jmx_on() -> Iterator[None]:
+    """Artemis brokers started inside have JMX management on (see the module docstring)."""
+    original = artemis.broker_xml
+
+    def with_jmx(acceptor: str, data: Path, extra: str) -> str:
+        xml: str = original(acceptor, data, extra)
+        if JMX_OFF not in xml:
+            raise SystemExit("--inspect: mqbench's broker.xml no longer has JMX switched off")
+        return xml.replace(JMX_OFF, JMX_ON)
+
+    artemis.broker_xml = with_jmx
+    try:
+        yield
+    finally:
+        artemis.broker_xml = original
 
 
 @dataclass
@@ -119,32 +144,28 @@ def port_of(address: object) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def epoch_ms(value: object) -> int | None:
-    """A creation time given in epoch milliseconds, or None for another form."""
-    if isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
-        return int(value)
-    return None
-
-
 def link_stealing(log: Path, cid: str) -> list[tuple[str, int | None, int | None]]:
-    """The broker's debug lines where a CONNECT for ``cid`` closed an earlier connection or
-    was refused for one: (thread and verb, the earlier connection's port, the new one's)."""
+    """The broker's debug lines, in log order, where a CONNECT for ``cid`` closed an earlier
+    connection or was refused for one: ("<time> <thread> steals|refused", the earlier
+    connection's port, the new one's)."""
     pattern = re.compile(
-        r"\[(?P<thread>[^\]]*)\].*?(?P<verb>Existing|Incoming) MQTT session from (?P<a>\S+)"
-        r" closed due to (?:incoming|existing) session from (?P<b>\S+) with the same client"
-        r" ID: (?P<cid>\S+)"
+        r"^(?P<time>\S+) \[(?P<thread>[^\]]*)\].*?(?P<verb>Existing|Incoming) MQTT session"
+        r" from (?P<a>\S+) closed due to (?:incoming|existing) session from (?P<b>\S+) with"
+        r" the same client ID: (?P<cid>\S+)",
+        re.MULTILINE,
     )
-    found = []
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
+    found = []
     for match in pattern.finditer(text):
         if match["cid"] != cid:
             continue
         a, b = port_of(match["a"]), port_of(match["b"])
+        when = f"{match['time'].partition('T')[2] or match['time']} {match['thread']}"
         if match["verb"] == "Existing":
-            found.append((f"{match['thread']}: steals", a, b))
+            found.append((f"{when}: steals", a, b))
         else:
-            found.append((f"{match['thread']}: refused", b, a))
+            found.append((f"{when}: refused", b, a))
     return found

@@ -19,7 +19,10 @@ A trial that receives fewer than 20 prints which arrived: ``[0, 2, 4, ...]`` mea
 messages were dealt round robin to the resumed session and one more consumer that no
 connection reads. ``--interleave`` alternates the QoS levels trial by trial (QoS 1, QoS 2,
 QoS 1, ...) so that both meet the same broker state (JIT, leftovers of earlier trials);
-without it all QoS 1 trials run first.
+without it all QoS 1 trials run first. ``--brokers N`` repeats the whole run on N fresh
+brokers, the QoS order rotating from one broker to the next (so each level is the first
+thing a fresh, JIT-cold broker sees equally often), and also counts the losses of those
+first trials.
 
 ``--inspect`` (Artemis only) shows what the broker holds once the session is back and
 before anything is published: it starts Artemis with JMX management on and the MQTT
@@ -34,6 +37,7 @@ trial; the timing it perturbs is the race itself, so count losses without it.
 
     .venv/bin/python benchmarks/session_takeover.py --target artemis --trials 10
     .venv/bin/python benchmarks/session_takeover.py --target artemis --trials 40 --interleave
+    .venv/bin/python benchmarks/session_takeover.py --target artemis --brokers 10 --trials 2
     .venv/bin/python benchmarks/session_takeover.py --target artemis --qos 1 --trials 20 --inspect
     .venv/bin/python benchmarks/session_takeover.py --target mosquitto --target hivemq
     .venv/bin/python benchmarks/session_takeover.py --target artemis \\
@@ -49,7 +53,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +62,7 @@ from _artemis_inspect import (
     INSPECT_JVM_OPTIONS,
     Inspection,
     Inspector,
-    epoch_ms,
+    jmx_on,
     link_stealing,
     port_of,
 )
@@ -201,22 +205,23 @@ def started(target: str, args: argparse.Namespace) -> Iterator[tuple[RunningBrok
     """``target`` started natively in a temporary directory (also returned: the broker's log
     is ``<dir>/<target>.log``); stopped, by PID, on exit.
 
-    With ``--inspect`` the JVM gets ``INSPECT_JVM_OPTIONS`` (JMX management on, MQTT debug
-    log) through ``JAVA_TOOL_OPTIONS``, set for the start only."""
+    With ``--inspect``: JMX management on in ``broker.xml`` (``jmx_on``) and the MQTT debug
+    log (``INSPECT_JVM_OPTIONS`` through ``JAVA_TOOL_OPTIONS``, set for the start only)."""
     saved = os.environ.get("JAVA_TOOL_OPTIONS")
     with tempfile.TemporaryDirectory(prefix="mqbench-takeover-") as tmp:
         if args.inspect:
             os.environ["JAVA_TOOL_OPTIONS"] = INSPECT_JVM_OPTIONS
         try:
-            broker = NativeRuntime().start(
-                StartRequest(
-                    target=target,
-                    workdir=Path(tmp),
-                    port=None,
-                    options=json.loads(args.options),
-                    startup_timeout_s=120,
+            with jmx_on() if args.inspect else nullcontext():
+                broker = NativeRuntime().start(
+                    StartRequest(
+                        target=target,
+                        workdir=Path(tmp),
+                        port=None,
+                        options=json.loads(args.options),
+                        startup_timeout_s=120,
+                    )
                 )
-            )
         finally:
             if saved is None:
                 os.environ.pop("JAVA_TOOL_OPTIONS", None)
@@ -228,36 +233,63 @@ def started(target: str, args: argparse.Namespace) -> Iterator[tuple[RunningBrok
             broker.stop()
 
 
-def schedule(args: argparse.Namespace) -> list[tuple[int, int]]:
-    """(QoS, trial number) in the order they run."""
+def schedule(args: argparse.Namespace, order: list[int]) -> list[tuple[int, int]]:
+    """(QoS, trial number) in the order they run on one broker."""
     if args.interleave:
-        return [(qos, k) for k in range(args.trials) for qos in args.qos]
-    return [(qos, k) for qos in args.qos for k in range(args.trials)]
+        return [(qos, k) for k in range(args.trials) for qos in order]
+    return [(qos, k) for qos in order for k in range(args.trials)]
 
 
-def run_target(target: str, args: argparse.Namespace) -> None:
-    """Start ``target`` natively, run the trials, print one line per QoS."""
+@dataclass
+class Tally:
+    """Counts over every broker a target ran on."""
+
+    lossy: dict[int, int] = field(default_factory=dict)
+    trials: dict[int, int] = field(default_factory=dict)
+    first: dict[int, list[int]] = field(default_factory=dict)
+    """Per QoS: [trials that were a fresh broker's first, of which lossy]."""
+    inspected: dict[tuple[int, bool], int] = field(default_factory=dict)
+
+
+def run_broker(target: str, args: argparse.Namespace, order: list[int], tally: Tally) -> None:
+    """Start ``target`` natively and run one broker's trials, QoS levels in ``order``."""
     with started(target, args) as (broker, workdir), tempfile.TemporaryDirectory() as scratch:
         inspector = Inspector(broker.pids[0], Path(scratch)) if args.inspect else None
-        lossy = dict.fromkeys(args.qos, 0)
-        tally: dict[tuple[int, bool], int] = {}
-        for qos, k in schedule(args):
+        for n, (qos, k) in enumerate(schedule(args, order)):
             cid = f"takeover-{qos}-{k}"
             t = trial(broker.endpoint.port, cid, qos, args, inspector)
             lost = len(set(t.received)) < MESSAGES
-            lossy[qos] += lost
+            tally.lossy[qos] = tally.lossy.get(qos, 0) + lost
+            tally.trials[qos] = tally.trials.get(qos, 0) + 1
+            if n == 0:
+                first = tally.first.setdefault(qos, [0, 0])
+                first[0] += 1
+                first[1] += lost
             if lost:
                 none = "" if t.session_present else f" (no session: {t.dropped})"
                 print(f"  {target} QoS {qos} trial {k}: got {sorted(t.received)}{none}")
             if t.inspection is not None:
                 held = len(t.inspection.consumers)
-                tally[held, lost] = tally.get((held, lost), 0) + 1
+                tally.inspected[held, lost] = tally.inspected.get((held, lost), 0) + 1
                 show_inspection(t, t.inspection, cid, lost, workdir / f"{target}.log")
-        for qos in args.qos:
-            print(f"{target} QoS {qos}: {lossy[qos]} of {args.trials} trials lost messages")
-        for (held, lost), n in sorted(tally.items()):
-            verdict = "lost messages" if lost else "lost nothing"
-            print(f"{target} inspected: {n} trial(s) with {held} consumer(s) {verdict}")
+
+
+def run_target(target: str, args: argparse.Namespace) -> None:
+    """Run the trials on ``--brokers`` fresh brokers (the QoS order rotating from one to the
+    next), print one line per QoS."""
+    tally = Tally()
+    for b in range(args.brokers):
+        shift = b % len(args.qos)
+        run_broker(target, args, args.qos[shift:] + args.qos[:shift], tally)
+    for qos in args.qos:
+        line = f"{target} QoS {qos}: {tally.lossy[qos]} of {tally.trials[qos]} trials lost messages"
+        if args.brokers > 1:
+            runs, lost = tally.first.get(qos, [0, 0])
+            line += f" ({lost} of the {runs} that ran first on a fresh broker)"
+        print(line, flush=True)
+    for (held, lost), n in sorted(tally.inspected.items()):
+        verdict = "lost messages" if lost else "lost nothing"
+        print(f"{target} inspected: {n} trial(s) with {held} consumer(s) {verdict}")
 
 
 def show_inspection(t: Trial, seen: Inspection, cid: str, lost: bool, log: Path) -> None:
@@ -273,23 +305,27 @@ def show_inspection(t: Trial, seen: Inspection, cid: str, lost: bool, log: Path)
     for error in seen.errors:
         print(f"      inspection error: {error}")
     if held > 1 or lost:
+        closes = [f"{role(t, port)} {clock(when)}" for port, when in t.closed_at.items()]
+        print(f"      closed by the client: {', '.join(closes)}")
         for what, earlier, new in link_stealing(log, cid):
             print(f"      log {what} {role(t, earlier)} for {role(t, new)}")
 
 
 def describe(row: dict[str, Any], t: Trial, held: set[str]) -> str:
-    """One consumer: whose connection, its status, its creation against that close."""
+    """One consumer: whose connection, its status, whether the broker still holds that
+    connection, when it was created (Artemis gives seconds)."""
     address = row.get("remoteAddress")
     port = port_of(address)
     text = f"consumer {row.get('id')} of {role(t, port)} ({address}), status {row.get('status')}"
     text += ", connection held" if str(address) in held else ", connection not held"
-    created = epoch_ms(row.get("creationTime"))
-    closed = t.closed_at.get(port) if port is not None else None
-    if created is not None and closed is not None:
-        text += f", created {created - closed * 1000:+.0f} ms after the client closed it"
-    elif created is None:
-        text += f", created {row.get('creationTime')}"
+    text += f", created {row.get('creationTime')}"
     return text
+
+
+def clock(epoch_s: float) -> str:
+    """``HH:MM:SS.mmm`` UTC, as the broker's log writes its times."""
+    stamp = time.strftime("%H:%M:%S", time.gmtime(epoch_s))
+    return f"{stamp}.{int(epoch_s * 1000) % 1000:03d}"
 
 
 def role(t: Trial, port: int | None) -> str:
@@ -307,6 +343,9 @@ def main() -> None:
     parser.add_argument("--no-resubscribe", dest="resubscribe", action="store_false")
     parser.add_argument("--interleave", action="store_true", help="alternate QoS per trial")
     parser.add_argument(
+        "--brokers", type=int, default=1, help="fresh brokers, each running --trials per QoS"
+    )
+    parser.add_argument(
         "--inspect", action="store_true", help="Artemis: list its consumers after the resume"
     )
     parser.add_argument("--options", default="{}", help="broker options as JSON")
@@ -314,8 +353,8 @@ def main() -> None:
     args.qos = args.qos or [1, 2]
     if args.inspect and set(args.target) != {"artemis"}:
         parser.error("--inspect looks into Artemis only: use it with --target artemis")
-    if not 1 <= args.trials <= 200 or not 0 <= args.flaps <= 50:
-        parser.error("--trials must be 1-200 and --flaps 0-50")
+    if not 1 <= args.trials <= 200 or not 0 <= args.flaps <= 50 or not 1 <= args.brokers <= 50:
+        parser.error("--trials must be 1-200, --flaps 0-50 and --brokers 1-50")
     for target in args.target:
         run_target(target, args)
 
