@@ -8,6 +8,10 @@ native mosquitto from one generator process with no saturation flag.
 
     .venv/bin/python benchmarks/engine_throughput.py --target mosquitto
     .venv/bin/python benchmarks/engine_throughput.py --target nats --rates 2000,5000
+
+Against an older tree (one venv, ``PYTHONPATH`` choosing the tree; run from outside both
+checkouts so the working directory does not shadow it), with this tree's settings the old
+one lacks switched off: ``--realtime off --hot-path python``.
 """
 
 from __future__ import annotations
@@ -59,6 +63,18 @@ def main() -> None:
     parser.add_argument("--duration", default="15s")
     parser.add_argument("--payload", default="64B")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--realtime",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="generator.realtime (off: compare with a tree that has no real-time path)",
+    )
+    parser.add_argument(
+        "--hot-path",
+        choices=["auto", "python", "compiled"],
+        default="auto",
+        help="generator.hot_path",
+    )
     args = parser.parse_args()
 
     rates = [float(r) for r in args.rates.split(",")]
@@ -74,7 +90,11 @@ def main() -> None:
             "duration": args.duration,
             "drain": "3s",
         },
-        "generator": {"workers": args.workers},
+        "generator": {
+            "workers": args.workers,
+            "realtime": args.realtime,
+            "hot_path": args.hot_path,
+        },
     }
     scenario = validate_scenario(data, "benchmark")
     with tempfile.TemporaryDirectory(prefix="mqbench-bench-") as tmp:
