@@ -58,6 +58,11 @@ def test_a_plain_qos0_cell_of_a_lean_client_runs_on_the_compiled_core() -> None:
             "churn (the core does not close clients on purpose)",
         ),
         ({"generator": {"timer": "loop"}}, "timer: loop (the core uses timerfd)"),
+        (
+            {"workload": {"payload": "16KiB"}},
+            "payload 16384 B with kernel stamps (the core holds reads, and so the ACKs a "
+            "broker may wait for, above 4096 B)",
+        ),
     ],
 )
 def test_a_cell_the_core_cannot_serve_falls_back_to_python_saying_why(
@@ -166,3 +171,15 @@ def test_the_worker_plans_carry_the_chosen_engine() -> None:
 def test_a_send_coalescing_window_outside_0_to_5_ms_is_refused(value: int) -> None:
     with pytest.raises(ScenarioError, match="coalesce_us"):
         scenario(generator={"coalesce_us": value})
+
+
+def test_the_core_serves_large_payloads_only_when_it_does_not_hold_reads() -> None:
+    # With kernel stamps the core holds reads up to 1 ms, and with them the ACKs a broker
+    # may wait for: 4 KiB is still served, a larger payload only with user stamps.
+    at_bound = scenario(workload={"payload": "4KiB"})
+    assert choose(at_bound, only_cell(at_bound), COMPILED, INSTALLED).engine == "compiled"
+    user = scenario(workload={"payload": "1MiB"}, generator={"receive_stamp": "user"})
+    assert choose(user, only_cell(user), COMPILED, INSTALLED).engine == "compiled"
+    strict = scenario(workload={"payload": "1MiB"}, generator={"hot_path": "compiled"})
+    with pytest.raises(ScenarioError, match=r"hot_path compiled: payload 1048576 B"):
+        choose(strict, only_cell(strict), COMPILED, INSTALLED)
