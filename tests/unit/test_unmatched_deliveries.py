@@ -60,7 +60,7 @@ class FakeClient:
 def worker_report(clients: list[FakeClient]) -> WorkerReport:
     pool = SimpleNamespace(
         all=lambda: clients, connect_failed=0, first_connect_error=None, connected_ns=0,
-        disconnects=0, reconnects=0, qos_downgraded=0, granted_qos_min=None,
+        disconnects=0, reconnects=0, qos_downgraded=0, duplicate_deliveries=0, granted_qos_min=None,
         outage_total_s=0.0, outage_max_s=0.0,
     )  # fmt: skip
     publishing = SimpleNamespace(
