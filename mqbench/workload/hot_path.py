@@ -31,7 +31,9 @@ HELD_READ_MAX_PAYLOAD = 4096
 reads for up to 1 ms, and the subscriber's kernel ACKs with the read: a broker that waits
 for those ACKs (Nagle on a split write, a send buffer smaller than the message) waits for
 the hold too. ActiveMQ Classic's p50 rose from 0.5-0.6 to 1.05 ms at 16 KiB and from
-2.7-3.5 to 10-11 ms at 1 MiB; at 1 KiB no broker showed it (docs/findings.md, experiment 1)."""
+2.7-3.5 to 10-11 ms at 1 MiB; at 1 KiB no broker showed it (docs/findings.md, experiment 1).
+On the Python engine the 1 MiB cell measured 3.9-5.0 ms, but 16 KiB still 1.2-1.3 ms: the
+lasting fix is a core that does not hold a read the broker waits on (docs/performance.md)."""
 
 
 @dataclass(frozen=True)
