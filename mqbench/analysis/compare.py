@@ -435,7 +435,7 @@ def compare_aggregates(
     ``settings`` (baseline, current) by base id: every one that differs becomes a
     ``parameters differ`` note; without them the cells' parameters are compared. No cell
     in both runs, and with ``fail_on_missing`` any missing cell or metric, is a problem.
-    ``wakeups`` (baseline, current): the calibrated wake-up floor of each cell by base id,
+    ``wakeups`` (baseline, current): the machine's wake-up floor of each cell by base id,
     which the timing floor of latency metrics takes besides the send lag.
     """
     base = {a.base_id: a for a in baseline}

@@ -7,8 +7,10 @@ is marked ``generator-bound`` (docs/results.md). This verdict is separate from t
 throughput self-check (``generator_saturated``): a cell can deliver every message on time
 in aggregate and still have its latency shaped by the generator.
 
-With a calibrated wake-up floor under the policy the cell's workers ran
-(``cells[].timing.wakeup_floor``, ``mqbench calibrate``), the machine's own wake-up is
+With the machine's wake-up floor under the policy the cell's workers ran (the calibrated
+one, ``cells[].timing.wakeup_floor`` from ``mqbench calibrate``, and the one a probe above
+the workers measured during the cell, ``wakeup_during``: the larger at each percentile,
+``TimingEntry.machine_floor``), the machine's own wake-up is
 what any process that sleeps and wakes pays (the broker's threads too), so only the lag
 *beyond* it is the generator's, and that excess is what must be a material share:
 

@@ -94,7 +94,8 @@ class CellPlan:
     drain_end_ns: int | None = None
     """When subscribers stopped listening (the ``drain_finished`` event), if recorded."""
     wakeup_floor: WakeupFloor | None = None
-    """The machine's wake-up floor under the workers' policy (``cells[].timing``)."""
+    """The machine's wake-up latency under the workers' policy: the larger of the calibrated
+    floor and the one measured during the cell (``TimingEntry.machine_floor``)."""
     record_shortfalls: list[str] = field(default_factory=list)
     """Workers whose record files hold fewer records than they said they wrote."""
     error: str | None = None
@@ -324,7 +325,7 @@ def plan_cell(entry: CellEntry, folder: Path, approx_bits: int | None = None) ->
         latency_error_ms=_latency_error_ms(entry),
         drain_ns=drain_ns,
         drain_end_ns=_drain_end(folder),
-        wakeup_floor=entry.timing.wakeup_floor if entry.timing is not None else None,
+        wakeup_floor=entry.timing.machine_floor if entry.timing is not None else None,
         record_shortfalls=shortfalls,
         error=entry.error,
         planned_s=planned_s,

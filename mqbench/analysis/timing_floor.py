@@ -12,8 +12,9 @@ run measures that timing itself, per cell:
   recent wake-ups and busy-waits the rest (docs/performance.md), so the lag shows only the
   wake-ups that came later than usual, and its tail (p99.9) is how late the machine ran a
   timed task in that run;
-- the calibrated wake-up floor under the workers' policy (``cells[].timing.wakeup_floor``,
-  ``mqbench calibrate``), when the machine was calibrated.
+- the machine's wake-up latency under the workers' policy: the calibrated floor
+  (``cells[].timing.wakeup_floor``, ``mqbench calibrate``) and the one a probe measured
+  during the cell (``cells[].timing.wakeup_during``), the larger at each percentile.
 
 The floor of a latency percentile is the largest of these figures over both runs
 (:data:`LAG_SOURCE`, :data:`WAKEUP_SOURCE`), at most half the baseline value
@@ -29,7 +30,7 @@ from typing import Final
 
 from mqbench.analysis.repeats import base_id
 from mqbench.records.cell_entry import CellEntry
-from mqbench.records.timing import WakeupFloor
+from mqbench.records.timing import WakeupFloor, combined_floor
 
 LAG_SOURCE: Final[dict[str, str]] = {
     "p50": "p999",
@@ -45,7 +46,7 @@ WAKEUP_SOURCE: Final[dict[str, str]] = {
     "p99": "p99",
     "p999": "p999",
 }
-"""Latency percentile -> the calibrated wake-up percentile its floor takes (the probe
+"""Latency percentile -> the machine wake-up percentile its floor takes (the probe
 records no p95: the next one up)."""
 CAP_SHARE: Final = 0.5
 """The floor is never more than this share of the baseline value: a change of half the
@@ -88,7 +89,7 @@ def timing_floor(
 ) -> Floor | None:
     """The floor of latency ``percentile`` (``p50``, ``p95``, ``p99``, ``p999``) whose
     baseline value is ``baseline_ms``: the largest of both runs' send lag at
-    :data:`LAG_SOURCE` and calibrated wake-up at :data:`WAKEUP_SOURCE`, at most
+    :data:`LAG_SOURCE` and machine wake-up at :data:`WAKEUP_SOURCE`, at most
     :data:`CAP_SHARE` of the baseline; None when neither run measured any (or all are 0)."""
     candidates: list[tuple[float, str]] = []
     for side, timing in (("baseline", baseline), ("current", current)):
@@ -101,7 +102,7 @@ def timing_floor(
             candidates.append(
                 (
                     wakeup_us(timing.wakeup, wake_q),
-                    f"calibrated wake-up {_LABEL[wake_q]} of the {side} run",
+                    f"machine wake-up {_LABEL[wake_q]} of the {side} run",
                 )
             )
     if not candidates or baseline_ms == 0:
@@ -114,11 +115,13 @@ def timing_floor(
 
 
 def wakeup_floors(cells: Mapping[str, CellEntry]) -> dict[str, WakeupFloor]:
-    """The calibrated wake-up floor of every cell that has one, by base id (a run's
-    ``LoadedRun.cells``; the repeats of a cell share the run's calibration)."""
+    """The wake-up floor of every cell that has one, by base id (a run's
+    ``LoadedRun.cells``): the calibrated floor and the ones measured during each repeat,
+    the larger at each percentile (``TimingEntry.machine_floor``)."""
     out: dict[str, WakeupFloor] = {}
     for cell_id, entry in cells.items():
-        floor = entry.timing.wakeup_floor if entry.timing is not None else None
+        floor = entry.timing.machine_floor if entry.timing is not None else None
         if floor is not None:
-            out.setdefault(base_id(cell_id, entry.repeat), floor)
+            key = base_id(cell_id, entry.repeat)
+            out[key] = combined_floor(out.get(key), floor) or floor
     return out

@@ -1,24 +1,16 @@
-"""The machine's wake-up floor: a cyclictest-like probe in the worker's process model.
+"""The machine's wake-up floor, as ``mqbench calibrate`` measures it on the idle machine.
 
-A worker sleeps on a ``timerfd`` armed at an absolute deadline inside its uvloop event
-loop (``workload.timer``) and sends when it wakes; how late it wakes is the floor under
-every send lag it records. The probe measures exactly that: a process spawned the way
-workers are (``multiprocessing`` spawn), its scheduling set up by the same
-``workload.realtime.apply``, a uvloop loop, and a ``TimerfdTimer`` re-armed every
-``interval`` at the next absolute deadline; each sample is the wall clock when the callback
-runs minus the deadline. Unlike the publish loop it never busy-waits, so it sees the
-machine's wake-up latency alone (cyclictest's figure, with an event loop on top).
-
-Every policy mqbench may use is measured in its own process, one after the other
-(``PROBE_POLICIES``); a policy this process may not use is reported with the reason.
+The probe itself (a spawned process in the worker's process model, waking on a ``timerfd``
+every ``interval``) is ``mqbench.workload.wakeup_probe``; ``run`` keeps the same probe
+running beside each cell. Here every policy mqbench may use is measured in its own process,
+one after the other (``PROBE_POLICIES``); a policy this process may not use is reported
+with the reason.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import multiprocessing as mp
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -33,13 +25,12 @@ from mqbench.workload.realtime import (
     apply_realtime,
     policy_name,
 )
-from mqbench.workload.timer import TimerfdTimer, timerfd_available
+from mqbench.workload.timer import timerfd_available
+from mqbench.workload.wakeup_probe import JOIN_GRACE_S, floor_of, sample
 
 INTERVAL_US: Final = 1000
 """One wake-up per millisecond (cyclictest's default interval)."""
 DURATION_S: Final = 3.0
-JOIN_GRACE_S: Final = 60.0
-"""A spawned process imports mqbench first: seconds on a loaded machine."""
 
 PROBE_POLICIES: Final[tuple[RealtimeSettings | None, ...]] = (
     None,
@@ -63,54 +54,6 @@ class ProbeOutcome:
     reason: str | None = None
 
 
-def nearest_rank(ordered: list[int], q: float) -> int:
-    """The nearest-rank ``q`` percentile (0-100) of an ascending list."""
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[min(len(ordered), int(rank)) - 1]
-
-
-def floor_of(policy: str, lateness_ns: list[int], measured_utc: str = "") -> WakeupFloor:
-    """Percentiles (µs) of the wake-up lateness samples of one policy."""
-    ordered = sorted(max(0, x) for x in lateness_ns)
-    return WakeupFloor(
-        policy=policy,
-        p50_us=round(nearest_rank(ordered, 50) / 1e3, 1),
-        p99_us=round(nearest_rank(ordered, 99) / 1e3, 1),
-        p999_us=round(nearest_rank(ordered, 99.9) / 1e3, 1),
-        max_us=round(ordered[-1] / 1e3, 1),
-        samples=len(ordered),
-        measured_utc=measured_utc,
-    )
-
-
-async def _sample(count: int, interval_ns: int) -> list[int]:
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    lateness: list[int] = []
-    deadline = time.time_ns() + interval_ns
-
-    def on_timer() -> None:
-        nonlocal deadline
-        lateness.append(time.time_ns() - deadline)
-        if len(lateness) >= count:
-            if not done.done():
-                done.set_result(None)
-            return
-        deadline += interval_ns
-        now = time.time_ns()
-        if deadline <= now:  # the probe fell behind: measure from the next interval on
-            deadline = now + interval_ns
-        timer.arm(deadline)
-
-    timer = TimerfdTimer(on_timer, loop)
-    try:
-        timer.arm(deadline)
-        await done
-    finally:
-        timer.close()
-    return lateness
-
-
 def _probe_main(settings: RealtimeSettings | None, count: int, interval_ns: int, conn: Any) -> None:
     """Entry point of the probe process: apply the policy, sample, send the samples."""
     try:
@@ -120,7 +63,8 @@ def _probe_main(settings: RealtimeSettings | None, count: int, interval_ns: int,
             return
         import uvloop
 
-        conn.send(("ok", uvloop.run(_sample(count, interval_ns))))
+        samples = uvloop.run(sample(count, interval_ns))
+        conn.send(("ok", list(samples.lateness)))
     except Exception as exc:  # report, never hang the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:

@@ -147,7 +147,7 @@ def compare(
     """Compare CURRENT with BASELINE per cell and metric; exit code 3 on a regression.
 
     Noise aware when cells have repeats (see docs/ci.md); without repeats a latency change
-    within the timing noise both runs measured (send lag, calibrated wake-up: the floor
+    within the timing noise both runs measured (send lag, machine wake-up: the floor
     column) is not judged. Exit code 4 when the gate cannot
     judge honestly: no cell is in both runs; the scenario names differ (unless
     --allow-mixed); a cell is invalid on either side (unless --allow-invalid); a cell or

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-TIMING_VERSION: Final = 1
+TIMING_VERSION: Final = 2
+"""2: ``wakeup_during`` and ``wakeup_during_reason`` (version 1 has neither)."""
 
 SchedPolicy = Literal["other", "fifo"]
 """``other``: the kernel's normal time-sharing (SCHED_OTHER); ``fifo``: SCHED_FIFO."""
@@ -89,10 +90,22 @@ class TimingEntry:
     receive_stamp: ReceiveStamp = "user"
     wakeup_floor: WakeupFloor | None = None
     """The calibrated wake-up floor under ``policy`` (None: no calibration)."""
+    wakeup_during: WakeupFloor | None = None
+    """The wake-up latency a probe one real-time priority above the workers, on their CPUs,
+    measured during the cell's window (``workload.wakeup_probe``; None: not measured)."""
+    wakeup_during_reason: str | None = None
+    """Why ``wakeup_during`` is missing (None when it was measured, or not attempted)."""
     throttle_share: float | None = None
     """The kernel's real-time limit as a share of a core (``sched_rt_runtime_us`` /
     ``sched_rt_period_us``); None when it is off or not real time."""
     version: int = field(default=TIMING_VERSION)
+
+    @property
+    def machine_floor(self) -> WakeupFloor | None:
+        """The machine's wake-up latency the latency verdict allows for: at each percentile
+        the larger of the calibrated floor and the one measured during the cell (None when
+        neither was measured)."""
+        return combined_floor(self.wakeup_floor, self.wakeup_during)
 
     @property
     def realtime(self) -> bool:
@@ -114,6 +127,8 @@ class TimingEntry:
             "generator_cores": self.generator_cores,
             "receive_stamp": self.receive_stamp,
             "wakeup_floor": None if self.wakeup_floor is None else self.wakeup_floor.to_dict(),
+            "wakeup_during": None if self.wakeup_during is None else self.wakeup_during.to_dict(),
+            "wakeup_during_reason": self.wakeup_during_reason,
             "throttle_share": self.throttle_share,
         }
 
@@ -129,7 +144,7 @@ class TimingEntry:
         ):
             if value not in allowed:
                 raise ValueError(f"timing.{key} {value!r} is not one of {', '.join(allowed)}")
-        floor = data.get("wakeup_floor")
+        floor, during = data.get("wakeup_floor"), data.get("wakeup_during")
         return cls(
             mode=mode,
             policy=policy,
@@ -142,9 +157,31 @@ class TimingEntry:
             generator_cores=_opt_float(data.get("generator_cores")),
             receive_stamp=stamp,
             wakeup_floor=None if floor is None else WakeupFloor.from_dict(floor),
+            wakeup_during=None if during is None else WakeupFloor.from_dict(during),
+            wakeup_during_reason=_opt_str(data.get("wakeup_during_reason")),
             throttle_share=_opt_float(data.get("throttle_share")),
             version=int(data.get("version", TIMING_VERSION)),
         )
+
+
+def combined_floor(a: WakeupFloor | None, b: WakeupFloor | None) -> WakeupFloor | None:
+    """The larger of two floors at each percentile (the other when one is None); its
+    ``policy`` names both, ``samples`` is the larger of the two counts."""
+    if a is None or b is None:
+        return a or b
+    return WakeupFloor(
+        policy=a.policy if a.policy == b.policy else f"{a.policy} | {b.policy}",
+        p50_us=max(a.p50_us, b.p50_us),
+        p99_us=max(a.p99_us, b.p99_us),
+        p999_us=max(a.p999_us, b.p999_us),
+        max_us=max(a.max_us, b.max_us),
+        samples=max(a.samples, b.samples),
+        measured_utc=max(a.measured_utc, b.measured_utc),
+    )
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _opt_int(value: Any) -> int | None:

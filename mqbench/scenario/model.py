@@ -250,6 +250,14 @@ class Generator(_Strict):
         "is installed, else python; compiled refuses a run with a cell it cannot serve; "
         "each cell's choice and why is in the manifest (docs/performance.md)",
     )
+    wakeup_probe: bool = Field(
+        default=True,
+        description="keep a wake-up probe one real-time priority above the workers, on "
+        "their CPUs, through each cell (about a thousand wake-ups over the window, one every "
+        "2-10 ms) and record the machine's wake-up latency during the window; the latency "
+        "verdict allows send lag up to it as the machine's, not the generator's; needs "
+        "SCHED_FIFO permission (docs/calibration.md)",
+    )
     coalesce_us: float = Field(
         default=0.0,
         ge=0,

@@ -62,6 +62,7 @@ from mqbench.workload.security import RunSecurity, broker_start_options
 from mqbench.workload.selfcheck import generator_verdict
 from mqbench.workload.spark_engine import SparkStage
 from mqbench.workload.topology import Topology, build_topology, fault_targets
+from mqbench.workload.wakeup_probe import CellProbe, cell_interval_us, cell_probe_settings
 
 
 class CellRecorder:
@@ -184,6 +185,7 @@ class CellRun:
         self.faults: FaultDriver | None = None
         self.stage: SparkStage | None = None
         self.timing: TimingEntry | None = None
+        self.probe: CellProbe | None = None
 
     def run(self) -> None:
         """Run the cell; raise when the run cannot go on (interrupt, lost task, full disk)."""
@@ -193,6 +195,7 @@ class CellRun:
             decision = self.decide_timing(broker)
             proxy_port = self.start_faults(broker)
             plans = self.plan_load(broker, proxy_port, decision)
+            self.start_wakeup_probe(decision)
             outcome = self.drive(plans)
             self.record_outcome(outcome)
         except RunInterrupted:
@@ -313,6 +316,31 @@ class CellRun:
             self._sampler.add_source(self.stage)  # every task samples itself
         return plans
 
+    def start_wakeup_probe(self, timing: RealtimeDecision) -> None:
+        """Keep a wake-up probe one real-time priority above the workers, on their CPUs,
+        through the load (``workload.wakeup_probe``); why not, in the cell's timing."""
+        if self.stage is not None:
+            return  # distributed: the workers are Spark tasks on other hosts
+        if not self.scenario.generator.wakeup_probe:
+            self._no_probe("generator.wakeup_probe is off")
+            return
+        settings = cell_probe_settings(timing.settings, self.ctx.timing.facts().permission)
+        if settings is None:
+            self._no_probe("no SCHED_FIFO: a probe at normal priority would wait behind the load")
+            return
+        cell = self.cell
+        planned_s = cell.warmup_s + cell.duration_s + cell.drain_s
+        probe = CellProbe(
+            settings,
+            self.scenario.generator.connect_timeout + planned_s,
+            cell_interval_us(cell.duration_s),
+        )
+        failed = probe.start()
+        if failed is not None:
+            self._no_probe(failed.reason or "the probe did not start")
+            return
+        self.probe = probe
+
     def drive(self, plans: list[WorkerPlan]) -> LoadOutcome:
         """Run the workers to the end of the schedule and the drain (``Coordinator``)."""
         cell, stage, sampler = self.cell, self.stage, self._sampler
@@ -356,6 +384,10 @@ class CellRun:
         total = outcome.total
         if timing is not None and outcome.workers:
             timing = replace(timing, receive_stamp=cast(ReceiveStamp, total.receive_stamp))
+        if timing is not None and self.probe is not None:
+            probed = self.probe.stop(window.start_ns, window.end_ns)
+            self.probe = None
+            timing = replace(timing, wakeup_during=probed.floor, wakeup_during_reason=probed.reason)
         schedule = _schedule(cell, outcome.start_ns)
         totals = Totals(total.sent, total.received)
         self.record.outcome(schedule, window, verdict, totals, timing)
@@ -400,6 +432,8 @@ class CellRun:
             if broker is not None:
                 stopping.callback(_stop_broker, broker, events)
             stopping.callback(sampler.stop)
+            if self.probe is not None:
+                stopping.callback(self.probe.close)
             if self.faults is not None:
                 stopping.callback(self.faults.stop, self.cell_dir / "proxy_events.json")
 
@@ -455,6 +489,11 @@ class CellRun:
         self.record.started(_schedule(cell, start_ns), window)
         if self.faults is not None:
             self.faults.begin(start_ns, cell.warmup_s, cell.duration_s)
+
+    def _no_probe(self, why: str) -> None:
+        if self.timing is not None:
+            self.timing = replace(self.timing, wakeup_during_reason=why)
+            self.record.timing(self.timing)
 
     def _on_progress(self, progress: Progress) -> None:
         self.reporter.progress(self.cell, progress)

@@ -1,4 +1,4 @@
-"""Real-time workers on a real broker, the refusal of ``realtime: on``, the wake-up probe.
+"""Real-time workers on a real broker, the refusal of ``realtime: on``, the wake-up probes.
 
 The real-time cell needs root (SCHED_FIFO, the broker's cgroup) and two CPUs; elsewhere it
 skips with the reason (the decisions themselves are unit-tested from injected facts).
@@ -76,6 +76,11 @@ def test_a_real_time_cell_records_its_policy_and_cpus_and_delivers_everything(
         str(c) for c in timing["broker_cpus"]
     )
     assert timing["receive_stamp"] == "kernel" and timing["throttle_share"] is not None
+    # the probe above the workers, on their CPU, through the 2 s window (one wake-up every 2 ms)
+    during = timing["wakeup_during"]
+    assert during is not None, timing["wakeup_during_reason"]
+    assert during["policy"] == "fifo" and 500 <= during["samples"] <= 1001
+    assert 0 <= during["p50_us"] <= during["p99_us"] <= during["p999_us"] <= during["max_us"]
     workers = cell["generator"]["workers"]
     assert workers and all(w["sched_policy"] == "fifo" for w in workers)
     assert cell["totals"]["sent"] == cell["totals"]["received"] == 5 * 20 * 3

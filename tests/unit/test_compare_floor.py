@@ -146,7 +146,7 @@ def test_a_calibrated_wakeup_floor_sets_the_floor_when_it_is_the_larger() -> Non
     )
     p95 = row(res, "p95")
     assert p95["floor"] == pytest.approx(0.177) and p95["verdict"] == "ok"
-    assert p95["floor_source"] == "calibrated wake-up p99 of the baseline run"
+    assert p95["floor_source"] == "machine wake-up p99 of the baseline run"
 
 
 def _floored() -> Any:
@@ -232,7 +232,7 @@ def test_compare_runs_takes_the_wakeup_floor_from_the_manifests(tmp_path: Path) 
     (cell,) = [c for c in res.cells if c.cell == "beta-64B-1pairs-1000hz-qos0"]
     p95 = cell.metrics[0]
     assert p95["verdict"] == "ok" and p95["floor"] == pytest.approx(0.060)
-    assert p95["floor_source"] == "calibrated wake-up p99 of the baseline run"
+    assert p95["floor_source"] == "machine wake-up p99 of the baseline run"
     plain = compare_runs(_single_repeat_copy(tmp_path, "plain", None), cur, "p95=+10%")
     (cell,) = [c for c in plain.cells if c.cell == "beta-64B-1pairs-1000hz-qos0"]
     assert cell.metrics[0]["verdict"] == "regression"  # the fixture's send lag is 0
