@@ -16,6 +16,14 @@ class FaultsThatCannotStop:
         raise OSError(28, "No space left on device")
 
 
+class Probe:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class Broker:
     def __init__(self) -> None:
         self.pids: list[int] = []
@@ -25,7 +33,7 @@ class Broker:
         self.stopped = True
 
 
-def test_faults_that_cannot_stop_still_leave_the_sampler_broker_and_event_log_stopped(
+def test_faults_that_cannot_stop_still_leave_the_sampler_probe_broker_and_event_log_stopped(
     tmp_path: Path,
 ) -> None:
     run = object.__new__(CellRun)  # only the parts the teardown stops
@@ -36,8 +44,10 @@ def test_faults_that_cannot_stop_still_leave_the_sampler_broker_and_event_log_st
     broker = Broker()
     run.broker = broker  # type: ignore[assignment]
     run.faults = FaultsThatCannotStop()  # type: ignore[assignment]
+    probe = Probe()
+    run.probe = probe  # type: ignore[assignment]
     with pytest.raises(OSError, match="No space left"):
         run._teardown()
-    assert not run.sampler.running and broker.stopped
+    assert not run.sampler.running and broker.stopped and probe.closed
     run.events.write(EventKind.WARNING, message="after close: ignored")
     assert [e.kind for e in read_events(tmp_path)] == [EventKind.BROKER_STOPPED]
