@@ -24,9 +24,11 @@ const MIN_SLEEP_NS: i64 = 20_000;
 const MAX_EVENTS: usize = 64;
 const IDLE_WAIT_MS: i32 = 50;
 const RECORD_FLUSH_NS: i64 = 200_000_000;
-/// With kernel receive stamps, reads are collected at most this often while no send is
-/// due sooner: the stamp is the kernel's, so holding a read back changes no timestamp, and
-/// one wake-up serves many connections instead of one (docs/performance.md).
+/// With kernel receive stamps, reads are collected at most this often while they keep
+/// coming and no send is due sooner: the stamp is the kernel's, so holding a read back
+/// changes no timestamp, and one wake-up serves many connections instead of one
+/// (docs/performance.md). Not after a wait that found nothing to read, and not while a
+/// connection holds part of a frame (`Engine::holds_reads`).
 const RECEIVE_HOLD_NS: i64 = 1_000_000;
 const READ_BYTES: usize = 256 * 1024;
 const TIMER_TOKEN: u64 = u64::MAX;
@@ -174,6 +176,10 @@ pub struct Engine {
     dirty: Vec<usize>,
     /// Bytes queued over every connection.
     pending: usize,
+    /// Connections whose input ends in part of a frame (`inbuf` not empty).
+    partial: usize,
+    /// Whether the last wait returned a socket to read (else the loop was idle).
+    busy: bool,
     deliveries: RecordFile,
     sends: RecordFile,
     pad: Vec<u8>,
@@ -197,6 +203,8 @@ impl Engine {
             publishers: 0,
             dirty: Vec::new(),
             pending: 0,
+            partial: 0,
+            busy: false,
             pad,
         }
     }
@@ -249,20 +257,26 @@ impl Engine {
                     sys::yield_cpu();
                     0
                 }
-                Next::Sleep | Next::Finished if self.cfg.kernel_stamps => {
+                Next::Sleep | Next::Finished if self.holds_reads() => {
                     let hold_ns = RECEIVE_HOLD_NS.max(self.cfg.coalesce_ns);
                     hold_reads(&mut publish, last_wait, hold_ns, &self.shared);
                     0
                 }
-                Next::Sleep | Next::Finished => IDLE_WAIT_MS,
+                Next::Sleep | Next::Finished => {
+                    if let (true, Some(at)) = (self.cfg.kernel_stamps, publish.armed_at) {
+                        timer.arm_at(at); // `hold_reads` did not, and will not, sleep to it
+                    }
+                    IDLE_WAIT_MS
+                }
             };
             let n = epoll.wait(&mut events, timeout);
             last_wait = sys::realtime_ns();
+            self.busy = events[..n].iter().any(|event| event.u64 != TIMER_TOKEN);
             for event in &events[..n] {
                 let (token, flags) = (event.u64, event.events);
                 if token == TIMER_TOKEN {
                     timer.acknowledge();
-                    publish.timer_fired(&self.shared);
+                    publish.fire_if_due(&self.shared); // a stale expiry of an earlier arming
                 } else {
                     self.on_ready(&epoll, token as usize, flags, &mut scratch);
                 }
@@ -322,10 +336,10 @@ impl Engine {
             sys::enable_receive_stamps(fd)?;
         }
         epoll.add(fd, sys::IN | sys::ERR_HUP, k as u64)?;
+        self.drop_input(k);
         let conn = &mut self.conns[k];
         conn.fd = fd;
         conn.alive = true;
-        conn.inbuf.clear();
         conn.out.clear();
         conn.out_pos = 0;
         conn.polling_out = false;
@@ -357,7 +371,7 @@ impl Engine {
                     let at = due + coalesce - p.margin.value_ns;
                     p.armed_at = Some(at);
                     if !self.cfg.kernel_stamps {
-                        timer.arm_at(at); // else `hold_reads` sleeps until `at` itself
+                        timer.arm_at(at); // else `hold_reads` sleeps until `at` (or `run` arms it)
                     }
                     return Next::Sleep;
                 }
@@ -496,6 +510,7 @@ impl Engine {
         };
         let t_recv = self.receive_time(k, stamp);
         let conn = &mut self.conns[k];
+        let was_partial = !conn.inbuf.is_empty();
         let mut sink = ConnSink {
             records: &mut self.deliveries,
             shared: &self.shared,
@@ -516,6 +531,8 @@ impl Engine {
             })
         };
         let answers = std::mem::take(&mut sink.answers);
+        let is_partial = !self.conns[k].inbuf.is_empty();
+        self.partial = self.partial + usize::from(is_partial) - usize::from(was_partial);
         if let Err(why) = parsed {
             self.lose(epoll, k, format!("protocol error: {why}"));
             return;
@@ -523,6 +540,25 @@ impl Engine {
         for answer in answers {
             self.conns[k].out.extend_from_slice(answer);
             self.queued(k, answer.len());
+        }
+    }
+
+    /// Whether the loop may hold reads back while it waits: with kernel stamps, when the
+    /// last wait found sockets to read (an idle loop waits for the next read instead), and
+    /// no connection's input ends in part of a frame. The subscriber's kernel ACKs with the
+    /// read, and a sender may wait for that ACK before it writes more (Nagle on a split
+    /// write, a send buffer smaller than the message): holding such a read would put the
+    /// hold into the delivery. Busy, reads are still collected once per `RECEIVE_HOLD_NS`.
+    fn holds_reads(&self) -> bool {
+        self.cfg.kernel_stamps && self.busy && self.partial == 0
+    }
+
+    /// Forget connection `k`'s partial input (its socket is closed or replaced).
+    fn drop_input(&mut self, k: usize) {
+        let conn = &mut self.conns[k];
+        if !conn.inbuf.is_empty() {
+            conn.inbuf.clear();
+            self.partial -= 1;
         }
     }
 
@@ -560,6 +596,7 @@ impl Engine {
     /// Stop using connection `k`: close the socket (a new session may take its place,
     /// `take_over`) and drop what was queued for it.
     fn retire(&mut self, epoll: &Epoll, k: usize) {
+        self.drop_input(k);
         let conn = &mut self.conns[k];
         conn.alive = false;
         epoll.delete(conn.fd);
@@ -638,9 +675,7 @@ fn hold_reads(p: &mut PublishState, last_wait: i64, hold_ns: i64, shared: &Share
     if until > sys::realtime_ns() {
         sys::sleep_until_realtime(until);
     }
-    if p.armed_at.is_some_and(|at| sys::realtime_ns() >= at) {
-        p.timer_fired(shared);
-    }
+    p.fire_if_due(shared);
 }
 
 /// The schedule and what the loop observed about itself (`ScheduleStats`).
@@ -684,6 +719,14 @@ impl PublishState {
             yields: 0,
             began: false,
             done: false,
+        }
+    }
+
+    /// The wake-up the schedule asked for, when its time has come (a `hold_reads` sleep
+    /// may have served it before the timerfd it was also armed on expired).
+    fn fire_if_due(&mut self, shared: &Shared) {
+        if self.armed_at.is_some_and(|at| sys::realtime_ns() >= at) {
+            self.timer_fired(shared);
         }
     }
 
@@ -784,5 +827,102 @@ impl Sink for ConnSink<'_> {
 
     fn server_error(&mut self, _text: &[u8]) {
         self.shared.server_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(kernel_stamps: bool) -> Config {
+        Config {
+            protocol: Protocol::Mqtt,
+            start_ns: 0,
+            rate: 1.0,
+            publishers_total: 0,
+            first: 0,
+            last: 0,
+            messages_per_publisher: 0,
+            payload_bytes: HEADER_SIZE,
+            spin_ns: 0,
+            late_threshold_ns: 1_000_000,
+            kernel_stamps,
+            keepalive_ns: 0,
+            max_pending_bytes: 1 << 20,
+            coalesce_ns: 0,
+        }
+    }
+
+    /// An engine with one subscriber (records to /dev/null) whose last wait found reads,
+    /// the other end of the subscriber's socket, and the epoll set it reads through.
+    fn with_subscriber(kernel_stamps: bool) -> (Engine, RawFd, Epoll) {
+        let mut pair = [0 as RawFd; 2];
+        // SAFETY: pair has room for two descriptors; the path is a C string.
+        let made =
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) };
+        assert_eq!(made, 0);
+        let null =
+            || unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        let (deliveries, sends) = (null(), null());
+        let mut engine = Engine::new(config(kernel_stamps), Arc::default(), deliveries, sends);
+        engine.add_subscriber(pair[0], 0);
+        engine.busy = true;
+        sys::set_nonblocking(pair[0]).unwrap();
+        let epoll = Epoll::new().unwrap();
+        epoll.add(pair[0], sys::IN | sys::ERR_HUP, 0).unwrap();
+        (engine, pair[1], epoll)
+    }
+
+    fn publish_frame() -> Vec<u8> {
+        let mut frame = vec![0x30, (2 + 1 + HEADER_SIZE) as u8, 0, 1, b't'];
+        frame.extend_from_slice(&[0u8; HEADER_SIZE]);
+        frame
+    }
+
+    fn send(fd: RawFd, data: &[u8]) {
+        assert!(matches!(sys::write(fd, data), Wrote::Bytes(n) if n == data.len()));
+    }
+
+    #[test]
+    fn with_kernel_stamps_reads_are_not_held_while_a_frame_is_incomplete() {
+        let (mut engine, peer, epoll) = with_subscriber(true);
+        let mut scratch = vec![0u8; 4096];
+        let frame = publish_frame();
+        assert!(engine.holds_reads());
+        send(peer, &frame[..4]); // a broker's split write, the rest after our ACK
+        engine.read(&epoll, 0, &mut scratch);
+        assert!(!engine.holds_reads());
+        send(peer, &frame[4..]);
+        engine.read(&epoll, 0, &mut scratch);
+        assert!(engine.holds_reads());
+        assert_eq!(engine.shared.deliveries.count.load(Ordering::Relaxed), 1);
+        sys::close(peer);
+    }
+
+    #[test]
+    fn a_connection_lost_with_part_of_a_frame_lets_reads_be_held_again() {
+        let (mut engine, peer, epoll) = with_subscriber(true);
+        let mut scratch = vec![0u8; 4096];
+        send(peer, &publish_frame()[..4]);
+        engine.read(&epoll, 0, &mut scratch);
+        sys::close(peer);
+        engine.read(&epoll, 0, &mut scratch);
+        assert!(!engine.conns[0].alive);
+        assert!(engine.holds_reads());
+    }
+
+    #[test]
+    fn with_kernel_stamps_an_idle_loop_waits_for_the_next_read_instead_of_holding() {
+        let (mut engine, peer, _epoll) = with_subscriber(true);
+        engine.busy = false; // the last wait returned no socket to read
+        assert!(!engine.holds_reads());
+        sys::close(peer);
+    }
+
+    #[test]
+    fn with_user_stamps_reads_are_never_held() {
+        let (engine, peer, _epoll) = with_subscriber(false);
+        assert!(!engine.holds_reads());
+        sys::close(peer);
     }
 }
