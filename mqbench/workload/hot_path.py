@@ -5,8 +5,7 @@ a cell when its client declares a compiled session framing
 (``TransportCapabilities.compiled``) and the cell needs nothing the core does not do:
 QoS 0, plain TCP, no faults or churn (a lost connection is reconnected and lent to the
 core again, but closing clients on purpose and the fault proxy are the Python engine's),
-the local engine, the timerfd timer, and with kernel receive stamps payloads of at most
-``HELD_READ_MAX_PAYLOAD``. Everything else runs on the Python engine. The
+the local engine and the timerfd timer. Everything else runs on the Python engine. The
 choice is a pure function of the scenario, the cell, the client's capabilities and whether
 the core is installed (:func:`core_version`), made once in the parent and recorded per cell
 (``records.hot_path.HotPathEntry``); ``run --dry-run`` prints it.
@@ -26,14 +25,6 @@ from mqbench.transports.base import TransportCapabilities
 from mqbench.transports.registry import get_transport, resolve_client
 
 CORE_MODULE = "mqbench_core"
-HELD_READ_MAX_PAYLOAD = 4096
-"""The largest payload the core serves with kernel receive stamps. With them it holds
-reads for up to 1 ms, and the subscriber's kernel ACKs with the read: a broker that waits
-for those ACKs (Nagle on a split write, a send buffer smaller than the message) waits for
-the hold too. ActiveMQ Classic's p50 rose from 0.5-0.6 to 1.05 ms at 16 KiB and from
-2.7-3.5 to 10-11 ms at 1 MiB; at 1 KiB no broker showed it (docs/findings.md, experiment 1).
-On the Python engine the 1 MiB cell measured 3.9-5.0 ms, but 16 KiB still 1.2-1.3 ms: the
-lasting fix is a core that does not hold a read the broker waits on (docs/performance.md)."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +58,6 @@ def unserved_because(
         (cell.churn is not None, "churn (the core does not close clients on purpose)"),
         (generator.distributed, "distributed load (Spark tasks run the Python engine)"),
         (generator.timer == "loop", "timer: loop (the core uses timerfd)"),
-        (
-            generator.receive_stamp == "kernel" and cell.payload_bytes > HELD_READ_MAX_PAYLOAD,
-            f"payload {cell.payload_bytes} B with kernel stamps (the core holds reads, and so "
-            f"the ACKs a broker may wait for, above {HELD_READ_MAX_PAYLOAD} B)",
-        ),
     ]
     for applies, why in reasons:
         if applies:
