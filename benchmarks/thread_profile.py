@@ -18,10 +18,7 @@ later, so ``vcs/msg`` counts the hand-offs a message costs in that group.
 ``--hold-dma-latency`` holds ``/dev/cpu_dma_latency`` at 0 for the whole run (the knob of
 docs/calibration.md, "The wake-up floor"). Real-time workers hold it during their cells
 anyway (``cells[].timing.dma_latency_us``); with ``--set generator.realtime=off`` it is
-the one knob left to compare wake-up costs with. ``--pin-broker 1 --pin-mqbench 0`` keeps
-every broker thread on CPU 1 (re-applied each sample, so threads the JVM starts later
-follow) and mqbench with its workers on CPU 0: a hand-off between two broker threads then
-wakes a thread on the CPU the waker runs on, never another (idle) CPU.
+the one knob left to compare wake-up costs with.
 
     .venv/bin/python benchmarks/thread_profile.py -- \\
         scenarios/paper-exp1-latency-vs-payload.yaml \\
@@ -173,21 +170,6 @@ def hold_dma_latency() -> Any:
     return f
 
 
-def cpus(spec: str) -> set[int]:
-    """``0,1`` -> {0, 1}."""
-    return {int(c) for c in spec.split(",")}
-
-
-def pin(threads: dict[int, ThreadStat], allowed: set[int]) -> None:
-    """Restrict each thread to ``allowed`` (new JVM threads are caught at the next sample)."""
-    for tid in threads:
-        try:
-            if os.sched_getaffinity(tid) != allowed:
-                os.sched_setaffinity(tid, allowed)
-        except OSError:
-            continue
-
-
 def drive(
     args: argparse.Namespace,
 ) -> tuple[Path | None, dict[int, list[Sample]], dict[int, dict[int, str]]]:
@@ -196,8 +178,6 @@ def drive(
     started = time.time()
     mqbench = str(Path(sys.executable).parent / "mqbench")
     proc = subprocess.Popen([mqbench, "run", "--out", str(out), *args.mqbench])
-    if args.pin_mqbench:
-        os.sched_setaffinity(proc.pid, cpus(args.pin_mqbench))  # its workers inherit it
     root = psutil.Process(proc.pid)
     samples: dict[int, list[Sample]] = defaultdict(list)
     names: dict[int, dict[int, str]] = {}
@@ -207,8 +187,6 @@ def drive(
             pids = brokers(root)
             for pid in pids:
                 samples[pid].append(sample(pid))
-                if args.pin_broker:
-                    pin(samples[pid][-1][1], cpus(args.pin_broker))
             for pid in windows_near(latest_run(out, started), time.time_ns()):
                 if pid in pids and pid not in names:
                     names[pid] = {}  # filled by the thread: jcmd takes seconds under load
@@ -376,8 +354,6 @@ def main() -> int:
         "--hold-dma-latency", action="store_true", help="hold /dev/cpu_dma_latency at 0 for the run"
     )
     parser.add_argument("--json", help="also write the rows to this file")
-    parser.add_argument("--pin-broker", help="CPUs (0,1) the broker's threads are kept on")
-    parser.add_argument("--pin-mqbench", help="CPUs mqbench and its workers start on")
     parser.add_argument(
         "--samples", help="write the raw samples here (default: OUT/thread-samples-<time>.json)"
     )
