@@ -27,7 +27,7 @@ const RECORD_FLUSH_NS: i64 = 200_000_000;
 /// With kernel receive stamps, reads are collected at most this often while they keep
 /// coming and no send is due sooner: the stamp is the kernel's, so holding a read back
 /// changes no timestamp, and one wake-up serves many connections instead of one
-/// (docs/performance.md). Not after a wait that found nothing to read, and not while a
+/// (docs/performance.md). Not once this long passed without a read, and not while a
 /// connection holds part of a frame (`Engine::holds_reads`).
 const RECEIVE_HOLD_NS: i64 = 1_000_000;
 const READ_BYTES: usize = 256 * 1024;
@@ -178,7 +178,9 @@ pub struct Engine {
     pending: usize,
     /// Connections whose input ends in part of a frame (`inbuf` not empty).
     partial: usize,
-    /// Whether the last wait returned a socket to read (else the loop was idle).
+    /// When a wait last returned a socket to read (realtime ns; 0: never).
+    last_read_wait: i64,
+    /// Whether one did within the hold (`RECEIVE_HOLD_NS`) before the last wait.
     busy: bool,
     deliveries: RecordFile,
     sends: RecordFile,
@@ -204,6 +206,7 @@ impl Engine {
             dirty: Vec::new(),
             pending: 0,
             partial: 0,
+            last_read_wait: 0,
             busy: false,
             pad,
         }
@@ -271,7 +274,7 @@ impl Engine {
             };
             let n = epoll.wait(&mut events, timeout);
             last_wait = sys::realtime_ns();
-            self.busy = events[..n].iter().any(|event| event.u64 != TIMER_TOKEN);
+            self.waited(last_wait, events[..n].iter().any(|event| event.u64 != TIMER_TOKEN));
             for event in &events[..n] {
                 let (token, flags) = (event.u64, event.events);
                 if token == TIMER_TOKEN {
@@ -543,12 +546,21 @@ impl Engine {
         }
     }
 
-    /// Whether the loop may hold reads back while it waits: with kernel stamps, when the
-    /// last wait found sockets to read (an idle loop waits for the next read instead), and
-    /// no connection's input ends in part of a frame. The subscriber's kernel ACKs with the
-    /// read, and a sender may wait for that ACK before it writes more (Nagle on a split
-    /// write, a send buffer smaller than the message): holding such a read would put the
-    /// hold into the delivery. Busy, reads are still collected once per `RECEIVE_HOLD_NS`.
+    /// After a wait that ended at `at`: the loop is busy while a wait found sockets to read
+    /// within the last hold; once a whole hold passed without one it is idle.
+    fn waited(&mut self, at: i64, found_reads: bool) {
+        if found_reads {
+            self.last_read_wait = at;
+        }
+        self.busy = at - self.last_read_wait < RECEIVE_HOLD_NS.max(self.cfg.coalesce_ns);
+    }
+
+    /// Whether the loop may hold reads back while it waits: with kernel stamps, when a wait
+    /// found sockets to read within the last hold (an idle loop waits for the next read
+    /// instead), and no connection's input ends in part of a frame. The subscriber's kernel
+    /// ACKs with the read, and a sender may wait for that ACK before it writes more (Nagle
+    /// on a split write, a send buffer smaller than the message): holding such a read would
+    /// put the hold into the delivery. Busy, reads are collected once per `RECEIVE_HOLD_NS`.
     fn holds_reads(&self) -> bool {
         self.cfg.kernel_stamps && self.busy && self.partial == 0
     }
@@ -914,8 +926,14 @@ mod tests {
     #[test]
     fn with_kernel_stamps_an_idle_loop_waits_for_the_next_read_instead_of_holding() {
         let (mut engine, peer, _epoll) = with_subscriber(true);
-        engine.busy = false; // the last wait returned no socket to read
+        let t = 1_000_000_000_000;
+        engine.waited(t, true);
+        engine.waited(t + RECEIVE_HOLD_NS / 2, false); // a poll between reads: still busy
+        assert!(engine.holds_reads());
+        engine.waited(t + RECEIVE_HOLD_NS, false); // a whole hold without a read
         assert!(!engine.holds_reads());
+        engine.waited(t + 5 * RECEIVE_HOLD_NS, true);
+        assert!(engine.holds_reads());
         sys::close(peer);
     }
 
