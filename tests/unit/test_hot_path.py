@@ -171,7 +171,7 @@ def test_a_send_coalescing_window_outside_0_to_5_ms_is_refused(value: int) -> No
 @pytest.mark.parametrize("stamp", ["kernel", "user"])
 def test_the_core_serves_large_payloads_with_either_receive_stamp(stamp: str) -> None:
     # With kernel stamps the core holds no read a broker's ACK wait depends on (a partial
-    # frame, an idle loop: core/src/engine.rs), so payload size is no reason to fall back.
+    # frame, a loop idle for 1 ms: core/src/engine.rs), so payload size is no reason to fall back.
     for payload in ("16KiB", "1MiB"):
         s = scenario(workload={"payload": payload}, generator={"receive_stamp": stamp})
         assert choose(s, only_cell(s), COMPILED, INSTALLED).engine == "compiled"
