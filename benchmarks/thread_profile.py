@@ -8,12 +8,12 @@ the manifest names as its broker, found as any descendant that is not mqbench's 
 Python), each thread's ``/proc/<pid>/task/<tid>/schedstat`` (CPU ns, run-queue wait ns,
 times run) and ``status`` (voluntary and involuntary context switches). A JVM broker's
 threads are named from ``jcmd <pid> Thread.print`` taken 10 s before its first window
-(``/proc``'s ``comm`` keeps 15 characters only). After the run, per cell: the samples
-bracketing ``[window.start_ns, window.end_ns)`` of ``manifest.json`` give each thread's
-deltas, summed per thread group (the name with its numbers replaced by ``#``) and divided
-by the deliveries in the window (``summary.json``, else the schedule's expected
-deliveries). A voluntary switch is the thread going to sleep; each one is a wake-up paid
-later, so ``vcs/msg`` counts the hand-offs a message costs in that group.
+and again when it ends (``/proc``'s ``comm`` keeps 15 characters only). After the run,
+per cell: the samples bracketing ``[window.start_ns, window.end_ns)`` of ``manifest.json``
+give each thread's deltas, summed per thread group (the name with its numbers replaced by
+``#``) and divided by the deliveries in the window (``summary.json``, else the schedule's
+expected deliveries). A voluntary switch is the thread going to sleep; each one is a wake-up
+paid later, so ``vcs/msg`` counts the hand-offs a message costs in that group.
 
 ``--hold-dma-latency`` holds ``/dev/cpu_dma_latency`` at 0 for the whole run (the knob of
 docs/calibration.md, "The wake-up floor"). Real-time workers hold it during their cells
@@ -146,8 +146,8 @@ def latest_run(out: Path, started: float) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def windows_near(run: Path | None, now_ns: int) -> set[int]:
-    """Broker PIDs of cells whose measured window starts within ``NAME_LEAD_S`` (or began)."""
+def windows_near(run: Path | None, now_ns: int, edge: str = "start_ns") -> set[int]:
+    """Broker PIDs of cells whose window's ``edge`` is within ``NAME_LEAD_S`` (or passed)."""
     if run is None:
         return set()
     try:
@@ -157,8 +157,12 @@ def windows_near(run: Path | None, now_ns: int) -> set[int]:
     near = set()
     for cell in manifest.get("cells", []):
         window, broker = cell.get("window") or {}, cell.get("broker") or {}
-        start = window.get("start_ns")
-        if start and start - NAME_LEAD_S * 1e9 < now_ns and broker.get("pid"):
+        at = window.get(edge)
+        if (
+            at
+            and at - (NAME_LEAD_S * 1e9 if edge == "start_ns" else 0) < now_ns
+            and broker.get("pid")
+        ):
             near.add(int(broker["pid"]))
     return near
 
@@ -181,6 +185,7 @@ def drive(
     root = psutil.Process(proc.pid)
     samples: dict[int, list[Sample]] = defaultdict(list)
     names: dict[int, dict[int, str]] = {}
+    renamed: set[int] = set()
     deadline = time.monotonic() + min(args.max_seconds, MAX_SECONDS)
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -191,6 +196,11 @@ def drive(
                 if pid in pids and pid not in names:
                     names[pid] = {}  # filled by the thread: jcmd takes seconds under load
                     LOADS[pid] = os.getloadavg()
+                    threading.Thread(target=_name, args=(pid, names[pid]), daemon=True).start()
+            for pid in windows_near(latest_run(out, started), time.time_ns(), "end_ns"):
+                if pid in pids and pid in names and pid not in renamed:
+                    renamed.add(pid)  # again at the end: pools start threads in the window
+                    samples[pid].append(sample(pid))  # the window's end, before jcmd pauses it
                     threading.Thread(target=_name, args=(pid, names[pid]), daemon=True).start()
             time.sleep(args.interval)
     finally:
