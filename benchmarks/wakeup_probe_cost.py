@@ -1,11 +1,12 @@
 """What the cell's wake-up probe costs: its CPU share and its figures at each interval.
 
-``run`` keeps a wake-up probe above the workers through every cell (``generator.
-wakeup_probe``, docs/calibration.md, "The floor during the cell"). This starts the same
-probe (``mqbench.workload.wakeup_probe.CellProbe``, SCHED_FIFO at the lowest real-time
-priority, unpinned) on the idle machine for ``--seconds`` at each interval in turn, and
-prints the CPU it used (user + system, from /proc) as a share of one core, with the
-wake-up percentiles it measured. Needs SCHED_FIFO permission (root or CAP_SYS_NICE).
+``run`` keeps a wake-up probe above real-time workers through each cell
+(``generator.wakeup_probe``, docs/calibration.md, "The floor during the cell"). This starts the same
+probe (``mqbench.workload.wakeup_probe.CellProbe``, SCHED_FIFO at priority 2, above workers
+at the lowest real-time priority, unpinned, nothing held) on the idle machine for
+``--seconds`` at each interval in turn, and prints the CPU it used (user + system, from
+/proc) as a share of one core, with the wake-up percentiles it measured. Needs SCHED_FIFO
+permission (root or CAP_SYS_NICE).
 
     .venv/bin/python benchmarks/wakeup_probe_cost.py --seconds 20 --interval-us 2000 6000 10000
 """
@@ -19,7 +20,7 @@ import time
 
 import psutil
 
-from mqbench.workload.realtime import probe_permission
+from mqbench.workload.realtime import RealtimeSettings, probe_permission
 from mqbench.workload.wakeup_probe import CellProbe, cell_probe_settings
 
 SETTLE_S = 3.0
@@ -28,9 +29,11 @@ SETTLE_S = 3.0
 
 def measure(interval_us: int, seconds: float) -> str:
     """One interval: the probe's CPU share over ``seconds`` and its floor (one line)."""
-    settings = cell_probe_settings(None, probe_permission())
-    if settings is None:
-        return f"{interval_us} µs: SCHED_FIFO is not permitted here"
+    why = probe_permission()
+    if why is not None:
+        return f"{interval_us} µs: SCHED_FIFO is not permitted here ({why})"
+    settings = cell_probe_settings(RealtimeSettings(dma_latency_us=None))
+    assert settings is not None
     probe = CellProbe(settings, SETTLE_S + seconds, interval_us)
     failed = probe.start()
     if failed is not None:

@@ -252,11 +252,11 @@ class Generator(_Strict):
     )
     wakeup_probe: bool = Field(
         default=True,
-        description="keep a wake-up probe one real-time priority above the workers, on "
-        "their CPUs, through each cell (about a thousand wake-ups over the window, one every "
-        "2-10 ms) and record the machine's wake-up latency during the window; the latency "
-        "verdict allows send lag up to it as the machine's, not the generator's; needs "
-        "SCHED_FIFO permission (docs/calibration.md)",
+        description="in cells whose workers run real time, keep a wake-up probe one "
+        "real-time priority above them, on their CPUs (about a thousand wake-ups over the "
+        "window, one every 2-10 ms), and record the machine's wake-up latency during the "
+        "window; the latency verdict allows send lag up to it as the machine's, not the "
+        "generator's (docs/calibration.md)",
     )
     coalesce_us: float = Field(
         default=0.0,

@@ -317,16 +317,16 @@ class CellRun:
         return plans
 
     def start_wakeup_probe(self, timing: RealtimeDecision) -> None:
-        """Keep a wake-up probe one real-time priority above the workers, on their CPUs,
-        through the load (``workload.wakeup_probe``); why not, in the cell's timing."""
+        """Keep a wake-up probe one real-time priority above real-time workers, on their
+        CPUs, through the load (``workload.wakeup_probe``); why not, in the cell's timing."""
         if self.stage is not None:
             return  # distributed: the workers are Spark tasks on other hosts
         if not self.scenario.generator.wakeup_probe:
             self._no_probe("generator.wakeup_probe is off")
             return
-        settings = cell_probe_settings(timing.settings, self.ctx.timing.facts().permission)
+        settings = cell_probe_settings(timing.settings)
         if settings is None:
-            self._no_probe("no SCHED_FIFO: a probe at normal priority would wait behind the load")
+            self._no_probe("the workers run at normal priority (timing.reason says why)")
             return
         cell = self.cell
         planned_s = cell.warmup_s + cell.duration_s + cell.drain_s

@@ -13,14 +13,14 @@ Two uses:
 
 - ``mqbench calibrate`` runs it on the idle machine under every policy mqbench may use
   (``mqbench.calibration.wakeup``): the calibrated floor.
-- ``run`` keeps one running through every cell (:class:`CellProbe`), one real-time
-  priority *above* the workers and on their CPUs, and keeps the samples of the measured
-  window: the wake-up latency the machine imposed *during that cell*
-  (``cells[].timing.wakeup_during``). Above the workers, the probe is not delayed by the
-  generator's own work, only by what delays every task on those CPUs (the hypervisor
-  taking the vCPU away, interrupts, the kernel). The latency verdict allows send lag up
-  to that figure as the machine's (``analysis.latency_check``; docs/calibration.md, "The
-  floor during the cell").
+- ``run`` keeps one running through every cell whose workers run real time
+  (:class:`CellProbe`), one real-time priority *above* the workers and on their CPUs, and
+  keeps the samples of the measured window: the wake-up latency the machine imposed *during
+  that cell* (``cells[].timing.wakeup_during``). Above the workers, the probe is not delayed
+  by the generator's own work, only by what delays every task on those CPUs (the hypervisor
+  taking the vCPU away, interrupts, the kernel). The latency verdict allows send lag up to
+  that figure as the machine's (``analysis.latency_check``; docs/calibration.md, "The floor
+  during the cell").
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from typing import Any, Final
 
 from mqbench.records.timing import WakeupFloor
 from mqbench.workload.realtime import (
-    FIFO_PRIORITY,
     RealtimeSettings,
     apply_realtime,
     policy_name,
@@ -138,23 +137,21 @@ def cell_interval_us(window_s: float) -> int:
     return int(min(high, max(low, window_s * 1e6 / CELL_SAMPLES)))
 
 
-def cell_probe_settings(
-    workers: RealtimeSettings | None, permission: str | None
-) -> RealtimeSettings | None:
-    """The cell probe's scheduling: SCHED_FIFO one priority above real-time workers (at the
-    lowest real-time priority beside normal ones), on the workers' CPUs, holding nothing
-    itself (the workers hold ``/dev/cpu_dma_latency`` when their policy says so). None when
-    SCHED_FIFO is not permitted (``permission`` is why): a probe at normal priority would
-    wait behind a busy generator and count the generator's delay as the machine's."""
-    if permission is not None:
+def cell_probe_settings(workers: RealtimeSettings | None) -> RealtimeSettings | None:
+    """The cell probe's scheduling: SCHED_FIFO one priority above the workers, on their
+    CPUs, holding nothing itself (the workers hold ``/dev/cpu_dma_latency``). None when the
+    workers are not real time: a probe at normal priority would wait behind a busy
+    generator and count its delay as the machine's, and a real-time one beside normal
+    workers could take CPU from a broker that real time was kept away from
+    (``workload.realtime.decide``)."""
+    if workers is None or workers.policy != "fifo":
         return None
-    above = workers.priority + 1 if workers is not None and workers.policy == "fifo" else None
     return RealtimeSettings(
         policy="fifo",
-        priority=above or FIFO_PRIORITY,
+        priority=workers.priority + 1,
         dma_latency_us=None,
         timer_slack_ns=None,
-        cpus=workers.cpus if workers is not None else (),
+        cpus=workers.cpus,
     )
 
 
