@@ -13,7 +13,6 @@ import datetime as dt
 import multiprocessing as mp
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from mqbench.calibration.model import WakeupFigures, WakeupResult
@@ -26,7 +25,7 @@ from mqbench.workload.realtime import (
     policy_name,
 )
 from mqbench.workload.timer import timerfd_available
-from mqbench.workload.wakeup_probe import JOIN_GRACE_S, floor_of, sample
+from mqbench.workload.wakeup_probe import JOIN_GRACE_S, floor_of, receive_answer, sample
 
 INTERVAL_US: Final = 1000
 """One wake-up per millisecond (cyclictest's default interval)."""
@@ -91,7 +90,7 @@ def probe_policy(
     process.start()
     child.close()
     try:
-        message = _receive(parent, duration_s + JOIN_GRACE_S)
+        message = receive_answer(parent, duration_s + JOIN_GRACE_S)
     finally:
         process.join(JOIN_GRACE_S)
         if process.is_alive():
@@ -105,16 +104,6 @@ def probe_policy(
         return ProbeOutcome(name, None, str(data))
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     return ProbeOutcome(name, floor_of(name, list(data), now))
-
-
-def _receive(conn: Connection, timeout_s: float) -> tuple[str, Any] | None:
-    if not conn.poll(timeout_s):
-        return None
-    try:
-        kind, data = conn.recv()
-    except EOFError:
-        return ("error", "the probe process exited without an answer")
-    return str(kind), data
 
 
 def probe_all(

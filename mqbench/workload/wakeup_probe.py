@@ -205,7 +205,7 @@ class CellProbe:
             return ProbeResult(None, "the probe was not started")
         try:
             conn.send((start_ns, end_ns))
-            answer = _receive(conn, JOIN_GRACE_S)
+            answer = receive_answer(conn, JOIN_GRACE_S)
         except OSError as exc:
             answer = ("error", f"the probe process went away ({exc.strerror or exc})")
         finally:
@@ -232,7 +232,9 @@ class CellProbe:
             process.close()
 
 
-def _receive(conn: Connection, timeout_s: float) -> tuple[str, Any] | None:
+def receive_answer(conn: Connection, timeout_s: float) -> tuple[str, Any] | None:
+    """A probe process's ``(kind, data)`` answer, or None when none came within
+    ``timeout_s`` (an exit without one is an ``error`` answer)."""
     if not conn.poll(timeout_s):
         return None
     try:
