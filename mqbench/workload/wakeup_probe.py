@@ -48,8 +48,8 @@ CELL_SAMPLES: Final = 1000
 latest (as many as the sends of a cell of 100 msg/s over 10 s give their p99)."""
 CELL_INTERVAL_US: Final = (2000, 10000)
 """The cell probe's interval is kept within these bounds (µs): each wake-up of the Python
-probe costs tens of µs of CPU on a virtual machine (docs/calibration.md), so a long window
-is sampled more sparsely rather than more often."""
+probe cost 90-210 µs of CPU on the 2-core VM (docs/calibration.md), so a long window is
+sampled more sparsely rather than more often."""
 JOIN_GRACE_S: Final = 60.0
 """A spawned process imports mqbench first: seconds on a loaded machine."""
 END_MARGIN_S: Final = 600.0
