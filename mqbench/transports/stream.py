@@ -12,7 +12,8 @@ connection and does, once for all of them:
 * **Writes.** ``send`` is the publish hot path: it refuses a message while the client is
   not connected (False) or while the socket is back-pressured with more than
   ``max_pending_bytes`` queued (False, counted in ``sends_refused``), else appends the frame
-  to one buffer written once at the end of the loop iteration (one syscall per burst);
+  to one buffer written by the loop's ``WriteBatch`` at the end of the publish step, or
+  else of the loop iteration (one syscall per burst);
   frames of ``COALESCE_MAX`` bytes or more go out at once, and the buffer is written early
   when it passes ``COALESCE_LIMIT``. ``write`` sends control frames now, after whatever is
   queued, so protocol order holds. ``drain`` waits until the socket took everything.
@@ -58,6 +59,7 @@ from mqbench.endpoint import Endpoint
 from mqbench.errors import TransportError, TransportErrorKind
 from mqbench.transports.base import ClientOptions, ClientTls, Sender, max_pending_bytes
 from mqbench.transports.events import ClientEvent, Disconnected, ProtocolError, WritePaused
+from mqbench.transports.write_batch import WriteBatch, write_batch
 
 T = TypeVar("T")
 
@@ -206,7 +208,7 @@ class StreamConnection(asyncio.Protocol):
     """One client connection's socket: setup, coalesced bounded writes, keepalive, loss."""
 
     __slots__ = (
-        "_call_soon",
+        "_batch",
         "_close_timeout_s",
         "_closing",
         "_connected",
@@ -274,7 +276,7 @@ class StreamConnection(asyncio.Protocol):
         self._direct_min = COALESCE_MAX if extra.get("coalesce_writes", True) else 0
         self._close_timeout_s = float(extra.get("close_timeout_s", CLOSE_TIMEOUT_S))
         self._transport: asyncio.Transport | None = None
-        self._call_soon: Callable[..., object] | None = None
+        self._batch: WriteBatch | None = None
         self._out = bytearray()
         self._flush_scheduled = False
         self._paused = False
@@ -587,8 +589,9 @@ class StreamConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ writing
 
     def send(self, head: bytes, body: bytes = b"", tail: bytes = b"") -> bool:
-        """Queue one message frame, ``head + body + tail``, for the end of this loop
-        iteration (the hot path; the parts spare the caller a concatenation).
+        """Queue one message frame, ``head + body + tail``, in the loop's write batch: it
+        leaves at the end of the publish step, or else of this loop iteration (the hot path;
+        the parts spare the caller a concatenation).
 
         False when the client is not connected, or when the socket is back-pressured and
         ``max_pending_bytes`` are queued (counted in ``sends_refused``): a refused message
@@ -611,8 +614,8 @@ class StreamConnection(asyncio.Protocol):
             out += tail
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            assert self._call_soon is not None
-            self._call_soon(self.flush_out)
+            assert self._batch is not None
+            self._batch.add(self.flush_out)
         elif len(out) > COALESCE_LIMIT:
             self.flush_out()
         return True
@@ -730,7 +733,7 @@ class StreamConnection(asyncio.Protocol):
 
     def start_keepalive(self, interval_s: float, tick: Callable[[], None]) -> None:
         """Call ``tick`` every ``interval_s`` while connected (0 or less: never)."""
-        if interval_s <= 0 or self._call_soon is None:
+        if interval_s <= 0 or self._batch is None:
             return
         loop = asyncio.get_running_loop()
 
@@ -844,7 +847,7 @@ class StreamConnection(asyncio.Protocol):
         """Set TCP_NODELAY and the write-buffer limits."""
         # uvloop's transports implement asyncio.Transport without subclassing it
         self._transport = transport = cast(asyncio.Transport, transport)
-        self._call_soon = asyncio.get_running_loop().call_soon
+        self._batch = write_batch(asyncio.get_running_loop())
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError, AttributeError):

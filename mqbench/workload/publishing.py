@@ -14,6 +14,7 @@ from collections.abc import Callable
 from mqbench.records.format import HEADER, LAT_MAX, SEND_ACK, SEND_FAILED, SEND_OK
 from mqbench.records.writer import RecordWriter
 from mqbench.transports.base import Client, Sender
+from mqbench.transports.write_batch import write_batch
 from mqbench.workload.plan import WorkerPlan
 from mqbench.workload.publish_loop import InterleavedSchedule, PublishLoop, ScheduleStats
 from mqbench.workload.timer import timer_factory
@@ -62,6 +63,7 @@ class Publishing:
             time.time_ns,
             timer_factory(plan.timer, loop),
             loop.call_soon,
+            flush=write_batch(loop).flush,
             spin_ns=plan.spin_ns,
             late_threshold_ns=plan.late_threshold_ns,
         )
