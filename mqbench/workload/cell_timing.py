@@ -126,6 +126,7 @@ class RunTiming:
             placement,
             self.generator_cores(cell),
             connections_per_worker=math.ceil(cell.connections / self.workers(cell)),
+            messages_per_s=cell.offered_rate + cell.expected_delivery_rate,
         )
 
     def check(self, cells: Sequence[Cell]) -> None:

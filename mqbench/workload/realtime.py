@@ -16,6 +16,10 @@ cell's generator needs. The rule (docs/performance.md, "Real-time workers"):
   under SCHED_FIFO as under SCHED_OTHER, only sooner after each wake-up. A busier one
   preempts the broker whenever both are runnable, and the broker falls behind.
 * A broker not on this machine: real time, workers not pinned.
+* ``auto`` when the workers' CPUs would carry more than ``RT_MESSAGES_PER_CPU`` messages
+  sent and received per second each: off, wherever the broker runs. A busy real-time worker
+  keeps every normal task on its CPU waiting, the kernel's ``ksoftirqd`` among them, and the
+  broker's traffic waits with it, even with the broker on CPUs of its own.
 * ``auto`` with more than ``RT_CONNECTIONS_PER_WORKER`` connections per worker: off,
   wherever the broker runs. The kernel's network work for that many sockets overflows into
   the CPU's ``ksoftirqd`` thread, a normal task that waits behind a real-time worker, and
@@ -62,6 +66,14 @@ docs/performance.md): at 200 pairs real time lowered send lag p99 from 0.78 to 0
 500 pairs it was even (1.33 against 1.62 ms), at 1,000 pairs it raised it from 1.5-1.6 to
 5.9-6.7 ms and marked the cell saturated (4.3 to 14.8 ms on the Python engine, whose step
 had ksoftirqd on the workers' CPU waiting 5.5 s behind it, 0.02 s with real time off)."""
+RT_MESSAGES_PER_CPU: Final = 16_000
+"""``auto`` keeps real time off when the workers' CPUs would each carry more than this many
+messages sent plus received per second. Measured with mosquitto on CPU 0 (``--resources
+1cpu-2g``) and one compiled-core worker on CPU 1, 20 pairs, 64 B (docs/performance.md,
+"A busy real-time worker"): at 8,000 msg/s (16,000 a second on the worker's CPU) real time
+changed nothing for the broker; at 12,000 the independent subscriber on that CPU waited
+(p50 0.46 against 0.17 ms); at 16,000 the broker's own latency rose (p50 0.58 against
+0.16 ms); at 24,000 and 32,000 it delivered 14-18 % less, and lost 3.8 % at 32,000."""
 CORE_S_PER_MSG: Final = 100e-6
 """Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
 no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core
@@ -200,8 +212,10 @@ def decide(
     generator_cores: float,
     settings: RealtimeSettings | None = None,
     connections_per_worker: int = 0,
+    messages_per_s: float = 0.0,
 ) -> RealtimeDecision:
-    """The cell's scheduling from the facts (the rule in the module docstring)."""
+    """The cell's scheduling from the facts (the rule in the module docstring);
+    ``messages_per_s`` is what all workers send plus what they receive, per second."""
     base = RealtimeDecision(
         mode,
         None,
@@ -224,10 +238,18 @@ def decide(
             f"{RT_CONNECTIONS_PER_WORKER:,}): the kernel's network work for them would wait "
             "behind a real-time worker (ksoftirqd)",
         )
+    broker_cpus = set(broker.cpus or machine.cpus) if broker.local else set()
+    free = tuple(c for c in machine.cpus if c not in broker_cpus)
+    per_cpu = messages_per_s / max(1, len(free or machine.cpus))
+    if mode == "auto" and per_cpu > RT_MESSAGES_PER_CPU:
+        return _off(
+            base,
+            f"{per_cpu:,.0f} messages a second sent and received per worker CPU (more than "
+            f"{RT_MESSAGES_PER_CPU:,}): a real-time worker that busy keeps the normal tasks on "
+            "its CPU waiting, the kernel's network work (ksoftirqd) among them",
+        )
     if not broker.local:
         return replace(base, settings=wanted, reason="real time: the broker is not on this machine")
-    broker_cpus = set(broker.cpus or machine.cpus)
-    free = tuple(c for c in machine.cpus if c not in broker_cpus)
     if free:
         return replace(
             base,

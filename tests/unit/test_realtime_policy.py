@@ -17,6 +17,7 @@ from mqbench.scenario.model import Scenario
 from mqbench.workload.cell_timing import RunTiming, TimingHints
 from mqbench.workload.realtime import (
     RT_CONNECTIONS_PER_WORKER,
+    RT_MESSAGES_PER_CPU,
     SMALL_SHARE_CORES,
     BrokerPlacement,
     MachineFacts,
@@ -299,3 +300,58 @@ def test_a_paper_topology_cell_of_a_thousand_pairs_on_one_worker_runs_without_re
     decision = timing.decide(cell, timing.predicted_placement(cell))
     assert decision.policy == "other"
     assert decision.reason.startswith("auto: off, 2,000 connections per worker")
+
+
+def test_auto_keeps_a_busy_worker_normal_even_on_a_cpu_of_its_own() -> None:
+    busy = decide(
+        "auto",
+        TWO_CORES,
+        LOCAL_ON_CPU0,
+        generator_cores=0.45,
+        messages_per_s=2 * 32_000,
+    )
+    assert busy.policy == "other" and busy.refused is None
+    assert "64,000 messages a second sent and received per worker CPU" in busy.reason
+    assert "ksoftirqd" in busy.reason
+    quiet = decide(
+        "auto", TWO_CORES, LOCAL_ON_CPU0, generator_cores=0.1, messages_per_s=RT_MESSAGES_PER_CPU
+    )
+    assert quiet.policy == "fifo" and quiet.settings is not None
+    assert quiet.settings.cpus == (1,)
+    asked = decide("on", TWO_CORES, LOCAL_ON_CPU0, generator_cores=0.45, messages_per_s=64_000)
+    assert asked.policy == "fifo" and asked.refused is None
+
+
+def test_the_message_bound_counts_every_cpu_the_workers_may_use() -> None:
+    four = MachineFacts(cpus=(0, 1, 2, 3), permission=None)
+    on_cpu0 = decide(
+        "auto", four, LOCAL_ON_CPU0, generator_cores=0.3, messages_per_s=3 * RT_MESSAGES_PER_CPU
+    )
+    assert on_cpu0.policy == "fifo"  # three worker CPUs, each at the bound
+    remote = decide(
+        "auto",
+        TWO_CORES,
+        BrokerPlacement(local=False),
+        generator_cores=0.3,
+        messages_per_s=2 * RT_MESSAGES_PER_CPU + 2,
+    )
+    assert remote.policy == "other"
+    assert "16,001 messages a second" in remote.reason
+
+
+def test_a_broker_saturating_cell_with_a_one_cpu_broker_runs_its_workers_normal() -> None:
+    scenario = validate_scenario(
+        {
+            "name": "t",
+            "targets": ["mosquitto"],
+            "resources": ["1cpu-2g"],
+            "workload": {"pairs": 20, "rate": 1600, "payload": 64, "duration": "2s"},
+            "generator": {"realtime": "auto", "workers": 1},
+        },
+        "t.yaml",
+    )
+    timing = _timing(scenario)
+    cell = expand(scenario)[0]
+    decision = timing.decide(cell, timing.predicted_placement(cell))
+    assert decision.policy == "other"
+    assert decision.reason.startswith("auto: off, 64,000 messages a second")
