@@ -303,6 +303,7 @@ ENGINE_DOORS: frozenset[str] = frozenset(
         "mqbench.transports.base",
         "mqbench.transports.events",
         "mqbench.transports.registry",
+        "mqbench.transports.write_batch",
         "mqbench.brokers.base",
         "mqbench.brokers.registry",
         "mqbench.brokers.runtime.registry",
