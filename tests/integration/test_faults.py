@@ -1,8 +1,9 @@
 """A shortened mq-bench experiment 3 through the built-in fault proxy (docs/faults.md).
 
-10 pairs x 10 msg/s, 1 KiB, 60 s, reset_peer on the subscribers' side with an exponential
-schedule (MTTF 10 s, MTTR 2 s, fixed seed), persistent sessions, QoS 0/1/2, against real
-mosquitto and RabbitMQ (MQTT plugin) started by mqbench. One run per broker, three cells.
+10 pairs x 10 msg/s, 1 KiB, 30 s, reset_peer on the subscribers' side with an exponential
+schedule (MTTF 10 s, MTTR 2 s, fixed seed: seven faults in the 38 s of warm-up, window and
+drain), persistent sessions, QoS 0/1/2, against real mosquitto and RabbitMQ (MQTT plugin)
+started by mqbench. One run per broker, three cells.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ workload:
   payload: 1KiB
   qos: [0, 1, 2]
   warmup: 3s
-  duration: 60s
+  duration: 30s
   drain: 5s
   persistent: true
 faults:
@@ -94,7 +95,7 @@ def test_qos1_and_qos2_lose_nothing_across_resets(exp3: Any, qos: int) -> None:
     cell, _, summary, metrics = results[qos]
     assert metrics.faults >= 2
     assert metrics.reconnects >= 10 * 2, "every subscriber must have reconnected per fault"
-    assert summary.expected > 5000
+    assert summary.expected > 2500
     # Nothing is lost but what the broker sent on a packet id it had not released.
     dropped = qos2_broker_faults(cell).qos2_id_reused
     assert summary.lost <= dropped, (
