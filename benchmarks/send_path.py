@@ -19,18 +19,25 @@ every message whose ``t_sent`` lies in the cell's measured window (``manifest.js
 Per cell it prints: engine (as the manifest says it ran: ``cells[].hot_path.engine``),
 payload, pairs x rate, the messages matched on the wire against those sent in the window,
 send stamp -> wire p50/p99 (µs), and from mqbench's own summary (the numpy reference
-analysis, ``mqbench.analysis.numpy_ref``, the same summary as ``mqbench analyze``, without
-Spark's start-up): headline latency p50/p99 (ms, from the intended time), send lag p99
-(µs), generator CPU (cores, mean over the window) and the load average (1 min) after the
-cell. Engines alternate within each payload and rate (python, compiled, python, ...), and
-the last lines give python / compiled of the wire p50 (median over repeats) per payload and
-rate. ``--json`` prints the rows as one JSON document on stdout (the table goes to stderr).
+analysis, ``mqbench.analysis.numpy_ref``, whose summaries equal ``mqbench analyze``'s Spark
+ones field by field (tests/integration/test_analysis_spark.py), without Spark's start-up):
+headline latency p50/p99 (ms, from the intended time), send lag p99 (µs), generator CPU
+(cores, mean over the window) and the load average (1 min) after the cell; marks after the
+row: an invalid cell, a latency verdict other than ok, desyncs, negative wire times,
+tshark's dropped packets, and ``!`` on an engine other than the one asked for. Engines
+alternate within each payload and rate (python, compiled, python, ...), and the last lines
+give python / compiled of the wire p50 (median over repeats) per payload and rate.
+``--json`` prints the rows as one JSON document on stdout (the table goes to stderr).
 
 Clock: ``t_sent`` is ``time.time_ns()`` (CLOCK_REALTIME); the capture stamps are the
 kernel's (pcapng, nanosecond resolution). Before the cells a probe (``--no-clock-check``
 skips it) sends 20 segments on loopback, each between two ``time.time_ns()`` reads, and
 counts the capture stamps that fall between their two reads: all of them on this machine
-(kernel 6.18, tshark 4.0.17), so the two are the same clock, not just the same epoch.
+(kernel 6.18, tshark 4.0.17), so the two are the same clock, not just the same epoch. The
+same probe gives the stamp -> wire time of a bare ``socket.sendall`` from Python (the
+kernel's loopback send path plus one call; 70-150 µs here under load): a floor the Python
+engine cannot go below, whatever it queues. tshark prints "Capturing on" ~0.1 s before it
+captures; the capture counts as started at "Capture started".
 
 Caveats: tshark and dumpcap take CPU while they run (more at 16 KiB and 1,000 msg/s:
 ~16 MB/s through the pipe); the numbers are for comparing engines side by side, not
@@ -39,9 +46,9 @@ part (counted as ``desync``); the default captures whole segments. Without ``tsh
 the PATH (it is not installed by the project's scripts) the cells still run and the wire
 columns are ``-``.
 
-    # before the fix and after it, each checkout's own interpreter:
-    cd /work/wt/before && .venv/bin/python /path/to/benchmarks/send_path.py
-    cd /work/main && .venv/bin/python benchmarks/send_path.py --duration 20 --repeats 2
+    # two checkouts side by side, each run by its own interpreter (this file from either):
+    cd OTHER_CHECKOUT && .venv/bin/python THIS_CHECKOUT/benchmarks/send_path.py
+    .venv/bin/python benchmarks/send_path.py --duration 20 --repeats 2
     .venv/bin/python benchmarks/send_path.py --engines python,compiled --sizes 1KiB \\
         --rates 10x10,20x50 --warmup 3 --duration 5 --repeats 1 --json
 """
@@ -446,8 +453,9 @@ class Capture:
         return next((line for line in self.stderr if "dropped" in line), "")
 
 
-def clock_check(tshark: str) -> tuple[int, int]:
-    """(capture stamps between the two time.time_ns() reads around their send, probes)."""
+def clock_check(tshark: str) -> dict[str, Any]:
+    """Capture stamps between the two ``time.time_ns()`` reads around their ``sendall``
+    (``inside`` of ``probes``), and the stamp -> wire p50 of such a bare send (µs)."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     capture = Capture(tshark, port, 30, 200, 0)
@@ -468,12 +476,14 @@ def clock_check(tshark: str) -> tuple[int, int]:
     finally:
         capture.stop()
         listener.close()
-    inside = sum(
-        1
-        for (_, seq), m in capture.log.messages.items()
-        if seq in bounds and bounds[seq][0] <= m.t_wire_ns <= bounds[seq][1]
-    )
-    return inside, len(bounds)
+    seen = [(bounds[seq], m.t_wire_ns) for (_, seq), m in capture.log.messages.items()]
+    inside = sum(1 for (before, after), wire in seen if before <= wire <= after)
+    deltas = [wire - before for (before, _), wire in seen]
+    return {
+        "inside": inside,
+        "probes": len(bounds),
+        "bare_send_p50_us": pct(deltas, 50) if deltas else None,
+    }
 
 
 def _probe_frame(seq: int, t_sent: int) -> bytes:
@@ -620,6 +630,7 @@ def _row(plan: CellPlan, cell: dict[str, Any], summary: dict[str, Any]) -> dict[
             (w.get("publish_cpu_fraction", 0.0) for w in workers), default=None
         ),
         "valid": summary["valid"],
+        "invalid_kinds": [reason["kind"] for reason in summary.get("invalid_reasons", [])],
         "latency_verdict": summary["latency_verdict"],
         "load_1m": os.getloadavg()[0],
     }
@@ -652,7 +663,7 @@ def format_row(row: dict[str, Any]) -> str:
         width = max(len(title), len(fmt.format(0) if "f" in fmt else fmt.format("")))
         text = "-" if value is None else fmt.format(value)
         cells.append(text.rjust(width))
-    notes = [] if row["valid"] else ["invalid"]
+    notes = [] if row["valid"] else ["invalid: " + ",".join(row["invalid_kinds"])]
     notes += [] if row["latency_verdict"] == "ok" else [row["latency_verdict"]]
     notes += [f"{row['desyncs']} desync"] if row.get("desyncs") else []
     notes += [f"{row['wire_negative']} negative"] if row.get("wire_negative") else []
@@ -728,8 +739,12 @@ def run(args: argparse.Namespace) -> int:
         print("# tshark not found: the wire columns are skipped (-)", file=out)
     elif not args.no_clock_check:
         clock = clock_check(tshark)
-        print(f"# clock check: {clock[0]} of {clock[1]} capture stamps between the two "
-              "time.time_ns() reads around their send", file=out)  # fmt: skip
+        print(
+            f"# clock check: {clock['inside']} of {clock['probes']} capture stamps between the "
+            "two time.time_ns() reads around their send; a bare sendall from this process: "
+            f"stamp -> wire p50 {clock['bare_send_p50_us'] or 0:.1f} µs",
+            file=out,
+        )
     print(header_line(), file=out, flush=True)
     rows = []
     try:
