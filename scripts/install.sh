@@ -104,9 +104,14 @@ fi
 # The compiled core (core/: Rust and PyO3, docs/performance.md "The compiled core"): cargo
 # fetches its crates from crates.io (pinned by core/Cargo.lock), maturin from PyPI builds
 # the wheel into target/ (kept, so a rebuild takes seconds). Without a Rust toolchain, or
-# when the build fails, every cell runs on the Python engine: one line says so.
+# when the build fails, every cell runs on the Python engine: one line says so. The build
+# bakes in the digest of the core/ sources it read (mqbench_core.__sources__), so a
+# checkout updated without re-running this script never runs the old core's hot path
+# (mqbench/workload/core_sources.py: such a core is stale and not used).
 build_core() {
-    local cargo log=target/core-build.log
+    local cargo sources log=target/core-build.log
+    local digest='import pathlib, mqbench.workload.core_sources as s
+print(s.sources_digest(pathlib.Path("core")))'
     cargo="$(command -v cargo || true)"
     [[ -z "$cargo" && -x "$HOME/.cargo/bin/cargo" ]] && cargo="$HOME/.cargo/bin/cargo"
     if [[ -z "$cargo" ]]; then
@@ -117,12 +122,14 @@ build_core() {
     mkdir -p target/wheels
     rm -f target/wheels/mqbench_core-*.whl
     if .venv/bin/python -m pip install --quiet "maturin>=1.5,<2" >"$log" 2>&1 &&
+        sources="$(.venv/bin/python -c "$digest" 2>>"$log")" &&
         PATH="$(dirname "$cargo"):$PATH" CARGO_TARGET_DIR="$PWD/target" \
+            MQBENCH_CORE_SOURCES="$sources" \
             .venv/bin/maturin build --release --locked -m core/Cargo.toml -o target/wheels \
             >>"$log" 2>&1 &&
         .venv/bin/python -m pip install --quiet --force-reinstall --no-deps \
             target/wheels/mqbench_core-*.whl >>"$log" 2>&1; then
-        say "compiled core: $(.venv/bin/python -c 'import mqbench_core as c; print(c.__version__)')"
+        say "compiled core: $(.venv/bin/python -c 'import mqbench_core as c; print(c.__version__)') (core/ sources ${sources:0:12})"
     else
         .venv/bin/python -m pip uninstall --quiet --yes mqbench-core >/dev/null 2>&1 || true
         say "WARNING: the compiled core did not build (target/core-build.log); every cell runs on the Python engine"

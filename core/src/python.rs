@@ -182,11 +182,14 @@ impl Core {
     }
 }
 
-/// The module: `Core` and the version of the record format it writes.
+/// The module: `Core`, the version of the record format it writes, and the digest of the
+/// `core/` sources it was built from (`__sources__`: set by scripts/install.sh, None when
+/// built without it; mqbench/workload/core_sources.py compares it with the checkout's).
 #[pymodule]
 fn mqbench_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add("RECORD_SIZE", crate::records::RECORD_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("__sources__", option_env!("MQBENCH_CORE_SOURCES"))?;
     Ok(())
 }

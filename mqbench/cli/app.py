@@ -225,6 +225,7 @@ def run(
             return 0
         _print_calibration_notes(check, people(view.fmt))
         _print_runtime_notes(scenario, people(view.fmt))
+        _print_core_note(scenario, people(view.fmt))
         run_args = RunArgs(source, out_root, selected, no_analyze, master, view)
         if metrics is None:
             return _run(scenario, run_args, check, strict)
@@ -268,6 +269,16 @@ def _print_runtime_notes(scenario: Any, target: Console) -> None:
 
     for line in runtime_notes(scenario):
         target.print(Text.assemble(("note: ", "yellow"), line))
+
+
+def _print_core_note(scenario: Any, target: Console) -> None:
+    """One line when a stale compiled core leaves the run to the Python engine (``--dry-run``
+    says it in its hot path line instead)."""
+    from mqbench.workload.hot_path import stale_core_note
+
+    note = stale_core_note(scenario)
+    if note is not None:
+        target.print(Text.assemble(("warning: ", "yellow"), note))
 
 
 def _print_outline(scenario: Any, plan: RunOutline) -> None:

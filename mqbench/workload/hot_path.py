@@ -7,14 +7,16 @@ QoS 0, plain TCP, no faults or churn (a lost connection is reconnected and lent 
 core again, but closing clients on purpose and the fault proxy are the Python engine's),
 the local engine and the timerfd timer. Everything else runs on the Python engine. The
 choice is a pure function of the scenario, the cell, the client's capabilities and whether
-the core is installed (:func:`core_version`), made once in the parent and recorded per cell
-(``records.hot_path.HotPathEntry``); ``run --dry-run`` prints it.
+the core is installed and built from this checkout's ``core/`` (:func:`core_install`), made
+once in the parent and recorded per cell (``records.hot_path.HotPathEntry``); ``run --dry-run``
+prints it.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 from mqbench.brokers.registry import get_target
 from mqbench.errors import ScenarioError
@@ -23,26 +25,47 @@ from mqbench.scenario.matrix import Cell
 from mqbench.scenario.model import Scenario
 from mqbench.transports.base import TransportCapabilities
 from mqbench.transports.registry import get_transport, resolve_client
+from mqbench.workload.core_sources import checkout_core, staleness
 
 CORE_MODULE = "mqbench_core"
 
 
 @dataclass(frozen=True)
 class CoreInstall:
-    """Whether the compiled core can be imported here: its version, or why not."""
+    """Whether the compiled core can be used here: its version, or why not."""
 
     version: str | None
     missing: str | None = None
+    stale: bool = False
+    """Installed, but built from other ``core/`` sources than this checkout's (not used)."""
 
 
 @functools.cache
 def core_install() -> CoreInstall:
-    """The compiled core of this environment (imported once, lazily)."""
+    """The compiled core of this environment (imported and checked once, lazily)."""
     try:
         import mqbench_core
     except ImportError as exc:
         return CoreInstall(None, f"the compiled core is not installed ({exc.name or exc})")
-    return CoreInstall(str(getattr(mqbench_core, "__version__", "?")))
+    return judge_install(mqbench_core, checkout_core(Path(__file__).resolve().parent.parent))
+
+
+def judge_install(module: object, checkout: Path | None) -> CoreInstall:
+    """The imported core ``module`` as usable or stale against the source checkout's
+    ``core/`` (``checkout``; None: an installed wheel, nothing to compare with)."""
+    why = staleness(getattr(module, "__sources__", None), checkout)
+    if why is not None:
+        return CoreInstall(None, why, stale=True)
+    return CoreInstall(str(getattr(module, "__version__", "?")))
+
+
+def stale_core_note(scenario: Scenario, install: CoreInstall | None = None) -> str | None:
+    """The one line a run prints when a stale core leaves ``auto`` cells to the Python
+    engine (``compiled`` is refused by the preflight instead; ``python`` never uses it)."""
+    install = install or core_install()
+    if not install.stale or scenario.generator.hot_path != "auto":
+        return None
+    return f"{install.missing}: every cell runs on the Python engine"
 
 
 def unserved_because(

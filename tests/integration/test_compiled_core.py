@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import mqbench
 from mqbench.analysis.numpy_ref import analyze_cell_numpy
 from mqbench.cli.app import app
 from mqbench.records.cell_entry import CellEntry
@@ -29,6 +30,8 @@ from mqbench.records.integrity import check_record_file
 from mqbench.records.intended import intended_ns
 from mqbench.records.writer import RecordWriter
 from mqbench.wire.mqtt.packets import encode_publish, publish_prefix
+from mqbench.workload.core_sources import checkout_core, sources_digest
+from mqbench.workload.hot_path import core_install
 from mqbench.workload.publish_loop import InterleavedSchedule
 
 pytestmark = pytest.mark.integration
@@ -111,6 +114,15 @@ class Harness:
             writer.adopt(stats[kind], stats[f"{kind}_written"], stats[f"{kind}_errno"])
             writer.close()
         return stats
+
+
+def test_the_installed_core_was_built_from_this_checkouts_sources() -> None:
+    # scripts/install.sh bakes the digest in; a stale core would leave every cell of this
+    # suite to the Python engine, and the "compiled" runs below would be refused.
+    checkout = checkout_core(Path(mqbench.__file__).resolve().parent)
+    assert checkout is not None
+    assert core.__sources__ == sources_digest(checkout)
+    assert core_install().version == core.__version__
 
 
 def test_the_core_sends_the_frames_and_writes_the_send_records_of_the_python_engine(

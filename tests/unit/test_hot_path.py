@@ -14,7 +14,7 @@ from mqbench.scenario.matrix import Cell, expand
 from mqbench.scenario.model import Scenario
 from mqbench.transports.base import TransportCapabilities
 from mqbench.transports.registry import get_transport
-from mqbench.workload.hot_path import CoreInstall, choose
+from mqbench.workload.hot_path import CoreInstall, choose, stale_core_note
 from mqbench.workload.plan import build_worker_plans
 from mqbench.workload.topology import build_topology
 
@@ -24,6 +24,12 @@ COMPILED = TransportCapabilities(
 )
 INSTALLED = CoreInstall("9.9.9")
 MISSING = CoreInstall(None, "the compiled core is not installed (mqbench_core)")
+STALE = CoreInstall(
+    None,
+    "the compiled core is stale (built from other core/ sources than this checkout's; "
+    "rebuild it with scripts/install.sh)",
+    stale=True,
+)
 
 
 def scenario(**sections: Any) -> Scenario:
@@ -96,6 +102,25 @@ def test_without_the_core_installed_auto_runs_python_and_compiled_is_refused() -
     strict = scenario(generator={"hot_path": "compiled"})
     with pytest.raises(ScenarioError, match=r"generator\.hot_path compiled: the compiled core is"):
         choose(strict, only_cell(strict), COMPILED, MISSING)
+
+
+def test_a_stale_core_runs_auto_cells_on_python_saying_why_and_refuses_compiled() -> None:
+    s = scenario()
+    entry = choose(s, only_cell(s), COMPILED, STALE)
+    assert entry == HotPathEntry("python", f"auto: python, {STALE.missing}")
+    strict = scenario(generator={"hot_path": "compiled"})
+    with pytest.raises(ScenarioError, match=r"compiled: the compiled core is stale .*install\.sh"):
+        choose(strict, only_cell(strict), COMPILED, STALE)
+
+
+def test_a_stale_core_gives_an_auto_run_one_line_naming_the_fix() -> None:
+    note = stale_core_note(scenario(), STALE)
+    assert note is not None and "scripts/install.sh" in note
+    assert note.endswith("every cell runs on the Python engine")
+    assert stale_core_note(scenario(), INSTALLED) is None
+    assert stale_core_note(scenario(), MISSING) is None
+    assert stale_core_note(scenario(generator={"hot_path": "python"}), STALE) is None
+    assert stale_core_note(scenario(generator={"hot_path": "compiled"}), STALE) is None
 
 
 def test_compiled_is_refused_for_a_cell_it_cannot_serve() -> None:
