@@ -175,10 +175,11 @@ class PublishLoop:
     The busy-wait cap is :func:`spin_cap_ns`: a bounded share of the worker's mean send
     period, so precision costs a bounded share of a core at any rate.
 
-    ``flush`` runs at the end of every step that sent something, before the loop sleeps or
-    yields: the clients queue their frames (one write per connection per step), and the
-    step hands them to the kernel before the event loop does anything else, so the time
-    from a message's send stamp to its socket is not spent on other callbacks.
+    ``flush`` runs at the end of every step that sent something, before the timer is armed
+    and before the loop yields: the clients queue their frames (one write per connection
+    per step), and the step hands them to the kernel before it does anything else, so the
+    time from a message's send stamp to its socket is spent on neither the timer's system
+    call nor other callbacks.
     """
 
     def __init__(
@@ -277,10 +278,15 @@ class PublishLoop:
         sent = self._send_due()
         if sent and self._flush is not None:
             self._flush()
+        if self._armed_at is not None:
+            # armed after the flush: the timer's system call is not spent between the
+            # messages' send stamps and their write
+            assert self._timer is not None
+            self._timer.arm(self._armed_at)
 
     def _send_due(self) -> int:
-        """Send every message that is due, then arm the timer, yield or finish; returns how
-        many were sent."""
+        """Send every message that is due, then choose the timer's deadline
+        (``_armed_at``), yield or finish; returns how many were sent."""
         schedule, stats, clock, send = self.schedule, self.stats, self._clock, self._send
         now = clock()
         began = now
@@ -292,8 +298,6 @@ class PublishLoop:
             if wait > 0:
                 if wait > margin.value_ns + self._min_sleep_ns:
                     self._armed_at = due - margin.value_ns
-                    assert self._timer is not None
-                    self._timer.arm(self._armed_at)
                     return sent
                 spin_from = now
                 while now < due:

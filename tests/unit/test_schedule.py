@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -321,3 +322,29 @@ def test_run_returns_stats_on_a_real_event_loop_with_the_loop_timer() -> None:
 def test_invalid_publisher_range_is_rejected() -> None:
     with pytest.raises(ValueError, match="outside"):
         InterleavedSchedule(START, 1.0, 2, 1, 3, 1)
+
+
+def test_a_step_hands_its_sends_to_the_kernel_before_it_arms_the_timer() -> None:
+    fake = FakeLoop(START)
+    events: list[str] = []
+    arm = fake.arm
+
+    def arm_and_note(deadline_ns: int) -> None:
+        events.append("arm")
+        arm(deadline_ns)
+
+    fake.arm = arm_and_note  # type: ignore[method-assign]
+    schedule = InterleavedSchedule(START, 100.0, 2, 0, 2, messages_per_publisher=3)
+    loop = PublishLoop(
+        schedule,
+        lambda pub, seq, intended: events.append("send"),
+        fake,
+        fake.timers,
+        fake.defer,
+        flush=lambda: events.append("flush"),
+    )
+    fake.drive(loop)
+    assert events.count("send") == 6
+    # every send is flushed before the loop sleeps: no "arm" follows a send directly
+    assert ("send", "arm") not in set(itertools.pairwise(events))
+    assert events[-1] == "flush" and "arm" in events
