@@ -66,14 +66,16 @@ docs/performance.md): at 200 pairs real time lowered send lag p99 from 0.78 to 0
 500 pairs it was even (1.33 against 1.62 ms), at 1,000 pairs it raised it from 1.5-1.6 to
 5.9-6.7 ms and marked the cell saturated (4.3 to 14.8 ms on the Python engine, whose step
 had ksoftirqd on the workers' CPU waiting 5.5 s behind it, 0.02 s with real time off)."""
-RT_MESSAGES_PER_CPU: Final = 16_000
+RT_MESSAGES_PER_CPU: Final = 8_000
 """``auto`` keeps real time off when the workers' CPUs would each carry more than this many
 messages sent plus received per second. Measured with mosquitto on CPU 0 (``--resources
-1cpu-2g``) and one compiled-core worker on CPU 1, 20 pairs, 64 B (docs/performance.md,
-"A busy real-time worker"): at 8,000 msg/s (16,000 a second on the worker's CPU) real time
-changed nothing for the broker; at 12,000 the independent subscriber on that CPU waited
-(p50 0.46 against 0.17 ms); at 16,000 the broker's own latency rose (p50 0.58 against
-0.16 ms); at 24,000 and 32,000 it delivered 14-18 % less, and lost 3.8 % at 32,000."""
+1cpu-2g``) and one compiled-core worker on CPU 1, 20 pairs, 64 B, two sessions
+(docs/performance.md, "A busy real-time worker"): at 4,000 msg/s real time lowered the send
+lag and cost the broker nothing; at 8,000 it was even in one session and in the other
+raised the lag and the independent subscriber's p50 (0.145 against 0.083 ms); at 12,000 that
+subscriber waited (p50 0.46 against 0.17 ms); at 16,000 the broker's own latency rose (p50
+0.58 against 0.16 ms); at 24,000 and 32,000 it delivered 14-18 % less, and lost 3.8 % at
+32,000."""
 CORE_S_PER_MSG: Final = 100e-6
 """Estimated CPU seconds a worker spends per message it sends and receives (a pair), when
 no calibrated ceiling says better: 0.08-0.09 core at 1,000 msg/s measured on the 2-core
