@@ -95,22 +95,23 @@ def test_a_client_without_a_compiled_path_runs_on_python() -> None:
     assert "has no compiled path" in entry.reason
 
 
-def test_without_the_core_installed_auto_runs_python_and_compiled_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("core", "refusal"),
+    [
+        (MISSING, r"generator\.hot_path compiled: the compiled core is"),
+        (STALE, r"compiled: the compiled core is stale .*install\.sh"),
+    ],
+    ids=["missing", "stale"],
+)
+def test_a_missing_or_stale_core_runs_auto_on_python_saying_why_and_refuses_compiled(
+    core: CoreInstall, refusal: str
+) -> None:
     s = scenario()
-    entry = choose(s, only_cell(s), COMPILED, MISSING)
-    assert entry == HotPathEntry("python", f"auto: python, {MISSING.missing}")
+    entry = choose(s, only_cell(s), COMPILED, core)
+    assert entry == HotPathEntry("python", f"auto: python, {core.missing}")
     strict = scenario(generator={"hot_path": "compiled"})
-    with pytest.raises(ScenarioError, match=r"generator\.hot_path compiled: the compiled core is"):
-        choose(strict, only_cell(strict), COMPILED, MISSING)
-
-
-def test_a_stale_core_runs_auto_cells_on_python_saying_why_and_refuses_compiled() -> None:
-    s = scenario()
-    entry = choose(s, only_cell(s), COMPILED, STALE)
-    assert entry == HotPathEntry("python", f"auto: python, {STALE.missing}")
-    strict = scenario(generator={"hot_path": "compiled"})
-    with pytest.raises(ScenarioError, match=r"compiled: the compiled core is stale .*install\.sh"):
-        choose(strict, only_cell(strict), COMPILED, STALE)
+    with pytest.raises(ScenarioError, match=refusal):
+        choose(strict, only_cell(strict), COMPILED, core)
 
 
 def test_a_stale_core_gives_an_auto_run_one_line_naming_the_fix() -> None:

@@ -21,6 +21,7 @@ from mqbench.workload.realtime import (
     SMALL_SHARE_CORES,
     BrokerPlacement,
     MachineFacts,
+    RealtimeDecision,
     RealtimeSettings,
     apply_realtime,
     decide,
@@ -284,20 +285,25 @@ def test_auto_keeps_real_time_off_for_a_worker_with_more_connections_than_it_sho
     assert asked.policy == "fifo" and asked.refused is None
 
 
-def test_a_paper_topology_cell_of_a_thousand_pairs_on_one_worker_runs_without_real_time() -> None:
+def _auto_beside_a_one_cpu_mosquitto(workload: dict[str, object]) -> RealtimeDecision:
+    """``auto``'s decision for a one-worker cell of ``workload`` with mosquitto on CPU 0."""
     scenario = validate_scenario(
         {
             "name": "t",
             "targets": ["mosquitto"],
             "resources": ["1cpu-2g"],
-            "workload": {"pairs": 1000, "rate": 10, "payload": "1KiB", "duration": "2s"},
+            "workload": {**workload, "duration": "2s"},
             "generator": {"realtime": "auto", "workers": 1},
         },
         "t.yaml",
     )
     timing = _timing(scenario)
     cell = expand(scenario)[0]
-    decision = timing.decide(cell, timing.predicted_placement(cell))
+    return timing.decide(cell, timing.predicted_placement(cell))
+
+
+def test_a_paper_topology_cell_of_a_thousand_pairs_on_one_worker_runs_without_real_time() -> None:
+    decision = _auto_beside_a_one_cpu_mosquitto({"pairs": 1000, "rate": 10, "payload": "1KiB"})
     assert decision.policy == "other"
     assert decision.reason.startswith("auto: off, 2,000 connections per worker")
 
@@ -340,18 +346,6 @@ def test_the_message_bound_counts_every_cpu_the_workers_may_use() -> None:
 
 
 def test_a_broker_saturating_cell_with_a_one_cpu_broker_runs_its_workers_normal() -> None:
-    scenario = validate_scenario(
-        {
-            "name": "t",
-            "targets": ["mosquitto"],
-            "resources": ["1cpu-2g"],
-            "workload": {"pairs": 20, "rate": 1600, "payload": 64, "duration": "2s"},
-            "generator": {"realtime": "auto", "workers": 1},
-        },
-        "t.yaml",
-    )
-    timing = _timing(scenario)
-    cell = expand(scenario)[0]
-    decision = timing.decide(cell, timing.predicted_placement(cell))
+    decision = _auto_beside_a_one_cpu_mosquitto({"pairs": 20, "rate": 1600, "payload": 64})
     assert decision.policy == "other"
     assert decision.reason.startswith("auto: off, 64,000 messages a second")
